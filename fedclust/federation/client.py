@@ -12,25 +12,43 @@ from lightning.fabric import Fabric
 from fedclust.methods.base import ClientContext, FederatedMethod
 
 
-def local_fit(method: FederatedMethod, ctx: ClientContext, optimizer: torch.optim.Optimizer | None,
+def local_fit(method: FederatedMethod, ctx: ClientContext, optimizers: list[torch.optim.Optimizer],
               fabric: Fabric, epochs: int) -> float:
-    """Run `epochs` local epochs of method.training_step; return the mean loss (nan if no step)."""
-    if optimizer is None or epochs == 0:
+    """Run `epochs` local epochs of method.training_step; return the mean loss (nan if no step).
+
+    With automatic optimization the engine steps the one optimizer on the returned loss; otherwise the
+    method steps its optimizers itself (method.optimizers() / manual_backward) and returns a loss to log."""
+    if not optimizers or epochs == 0:
         return math.nan
     method.train()
+    automatic = method.automatic_optimization
+    if automatic and len(optimizers) > 1:
+        raise ValueError(f"{type(method).__name__} returns {len(optimizers)} optimizers: set "
+                         "self.automatic_optimization = False and step them in training_step")
+    method._engine_optimizers = optimizers
     total, steps = torch.zeros((), device=fabric.device), 0
-    for epoch in range(epochs):
-        order = ctx.generator(f"shuffle-{epoch}", device="cpu")
-        for batch_idx, batch in enumerate(ctx.data.batches(order)):
-            with fabric.autocast():
-                out = method.training_step(batch, batch_idx)
-            loss = out["loss"] if isinstance(out, dict) else out
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.detach().float()
-            steps += 1
+    try:
+        for epoch in range(epochs):
+            for batch_idx, batch in enumerate(method.client_batches(ctx, epoch)):
+                with fabric.autocast():
+                    out = method.training_step(batch, batch_idx)
+                loss = out["loss"] if isinstance(out, dict) else out
+                if automatic:
+                    optimizers[0].zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizers[0].step()
+                total += loss.detach().float()
+                steps += 1
+    finally:
+        method._engine_optimizers = None
     return (total / max(steps, 1)).item() if steps else math.nan
+
+
+def as_optimizer_list(configured: Any) -> list[torch.optim.Optimizer]:
+    """configure_optimizers() may return None, one optimizer, or a list/tuple of them."""
+    if configured is None:
+        return []
+    return list(configured) if isinstance(configured, list | tuple) else [configured]
 
 
 def reset_optimizer(optimizer: torch.optim.Optimizer) -> None:

@@ -18,7 +18,7 @@ from torch import Tensor
 from fedclust.clustering.metrics import cluster_metrics
 from fedclust.data.client_data import FederatedData
 from fedclust.federation.aggregate import WeightedSum, is_finite
-from fedclust.federation.client import local_fit, reset_optimizer, to_cpu
+from fedclust.federation.client import as_optimizer_list, local_fit, reset_optimizer, to_cpu
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.sampling import participants
 from fedclust.methods.base import (
@@ -52,7 +52,7 @@ class Orchestrator:
         self.stages: list[Stage] = federation.schedule(method.stages())
         self.client_states: dict[int, dict[str, Any]] = {c: {} for c in range(data.num_clients)}
         self.progress = Progress()
-        self.optimizer = method.configure_optimizers()
+        self.optimizers = as_optimizer_list(method.configure_optimizers())
         keys = set(method.communicated())
         if not federation.average_bn_buffers:
             keys -= batchnorm_buffer_keys(method)
@@ -104,7 +104,7 @@ class Orchestrator:
                             client_id, ctx.stage.name, ctx.round)
                 rejected.append(client_id)
             else:
-                total.add(state, float(update.num_samples))
+                total.add(state, float(update.num_samples), update.key_weights)
                 updates.append(update)
                 losses.append(loss)
             self._call("on_client_end", self, client_id)
@@ -126,27 +126,29 @@ class Orchestrator:
         method.load_state_dict(global_state)
         if LOCAL_WEIGHTS in state:
             method.load_state_dict(state[LOCAL_WEIGHTS], strict=False)
-        if self.optimizer is not None:
-            if self.federation.optimizer_state == "persist" and OPTIMIZER in state:
-                self.optimizer.load_state_dict(state[OPTIMIZER])
+        persist = self.federation.optimizer_state == "persist" and OPTIMIZER in state
+        for i, optimizer in enumerate(self.optimizers):
+            if persist:
+                optimizer.load_state_dict(state[OPTIMIZER][i])
             else:
-                reset_optimizer(self.optimizer)
+                reset_optimizer(optimizer)
         client = ClientContext(client_id, ctx.stage, ctx.stage_index, ctx.round,
                                self.data.client(client_id, method.batch_size), state, self.seed)
         method.ctx = client
         method.on_client_start(client)
-        loss = local_fit(method, client, self.optimizer, self.fabric, ctx.stage.local_epochs)
+        loss = local_fit(method, client, self.optimizers, self.fabric, ctx.stage.local_epochs)
         method.eval()
         payload = method.on_client_end(client)
+        key_weights = method.aggregation_weights(client)
         method.ctx = None
         weights = method.state_dict()
         local = {k: v for k, v in weights.items() if k not in self._communicated_set}
         if local:
             state[LOCAL_WEIGHTS] = to_cpu(local)
-        if self.optimizer is not None and self.federation.optimizer_state == "persist":
-            state[OPTIMIZER] = to_cpu(self.optimizer.state_dict())
+        if self.optimizers and self.federation.optimizer_state == "persist":
+            state[OPTIMIZER] = [to_cpu(optimizer.state_dict()) for optimizer in self.optimizers]
         sent = {k: weights[k] for k in self.communicated}
-        return ClientUpdate(client_id, len(client.data), payload), sent, loss
+        return ClientUpdate(client_id, len(client.data), payload, key_weights), sent, loss
 
     # --- scoring -------------------------------------------------------------------------------------
     @torch.no_grad()

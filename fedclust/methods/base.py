@@ -10,6 +10,7 @@ then `aggregate(averaged, updates, ctx)` on the server. `assign(x)` labels data 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,7 @@ class ClientUpdate:
     client_id: int
     num_samples: int
     payload: dict[str, Tensor] = field(default_factory=dict)
+    key_weights: dict[str, float] | None = None  # per-prefix FedAvg weights (see aggregation_weights)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class FederatedMethod(L.LightningModule):
         self.num_clusters = num_clusters
         self.batch_size = batch_size
         self.ctx: ClientContext | None = None  # the client being trained, set by the orchestrator
+        self._engine_optimizers: list[torch.optim.Optimizer] | None = None  # set by federation.client
 
     # --- set-up -------------------------------------------------------------------------------
     def build(self, info: DataInfo) -> None:
@@ -119,9 +122,20 @@ class FederatedMethod(L.LightningModule):
     def on_client_start(self, ctx: ClientContext) -> None:
         """Client side, with the global weights (and this client's local keys) loaded."""
 
+    def client_batches(self, ctx: ClientContext, epoch: int) -> Iterable[Any]:
+        """The batches of one local epoch (default: the client's data, shuffled by a seeded generator).
+        Methods that sample differently (UIFCA: M steps, one batch per cluster set) override this."""
+        return ctx.data.batches(ctx.generator(f"shuffle-{epoch}", device="cpu"))
+
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         """Client side, after local training: the payload to send (local centroids, ...)."""
         return {}
+
+    def aggregation_weights(self, ctx: ClientContext) -> dict[str, float] | None:
+        """Client side: FedAvg weights per state-dict key prefix for this client's update (UIFCA weights
+        cluster model k by the client's count of samples assigned to k; weight 0 leaves a key out).
+        None: every communicated key is weighted by the client's sample count."""
+        return None
 
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
@@ -129,8 +143,23 @@ class FederatedMethod(L.LightningModule):
         if averaged:
             self.load_state_dict(averaged, strict=False)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer | None:
+    def configure_optimizers(self) -> torch.optim.Optimizer | list[torch.optim.Optimizer] | None:
+        """One optimizer (the engine steps it on the loss training_step returns), or several with
+        `self.automatic_optimization = False` (GANs): training_step then steps them itself through
+        `self.optimizers()` and `self.manual_backward(loss)`, as in Lightning's manual optimization."""
         return None
+
+    def optimizers(self, use_pl_optimizer: bool = True):  # noqa: ANN201 (Lightning's signature)
+        """The engine's optimizers while a client trains; Lightning's when run by a Trainer."""
+        if self._engine_optimizers is not None:
+            return self._engine_optimizers[0] if len(self._engine_optimizers) == 1 else self._engine_optimizers
+        return super().optimizers(use_pl_optimizer)
+
+    def manual_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        if self._engine_optimizers is not None:
+            loss.backward(*args, **kwargs)
+        else:
+            super().manual_backward(loss, *args, **kwargs)
 
     # --- server state, saved in checkpoints -----------------------------------------------------
     def server_state(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def test_client_state_persists_optimizer_and_local_bn_buffers():
     orch = build(tiny_ccfc(), federation=FederationConfig(average_bn_buffers=False))
     orch.run()
     state = orch.client_states[0]
-    assert OPTIMIZER in state and state[OPTIMIZER]["state"]  # Adam moments kept for the next round
+    assert OPTIMIZER in state and state[OPTIMIZER][0]["state"]  # Adam moments kept for the next round
     assert any(k.endswith("running_mean") for k in state[LOCAL_WEIGHTS])
     assert not any(k.endswith("running_mean") for k in orch.communicated)
 
