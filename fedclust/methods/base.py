@@ -91,6 +91,10 @@ class FederatedMethod(L.LightningModule):
     """Base class of every method. Subclasses build networks in `build`, not in `__init__`, because the
     input shape is known only once the data is loaded."""
 
+    # True only for methods whose paper shares synthetic samples (SDA-FC, PPFC-GAN): they may send a
+    # sample-shaped payload, under the key "synthetic" and no other (tests/methods/test_privacy_boundary.py).
+    shares_synthetic_data: bool = False
+
     def __init__(self, num_clusters: int | None = None, batch_size: int = 128):
         super().__init__()
         self.num_clusters = num_clusters
