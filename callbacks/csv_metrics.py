@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .base import Callback
 
-COLUMNS = ["round", "stage", "stage_round", "loss", "nmi", "acc", "ari", "kappa", "clients", "failed",
+COLUMNS = ["round", "stage", "stage_round", "loss", "nmi", "acc", "ari", "kappa", "purity", "clients", "failed",
            "rejected", "seconds", "peak_memory_mb"]
 
 

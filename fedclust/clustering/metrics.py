@@ -76,6 +76,13 @@ def acc(pred: Tensor, target: Tensor) -> float:
     return float(c[rows, cols].sum()) / p.numel()
 
 
+def purity(pred: Tensor, target: Tensor) -> float:
+    """Cluster purity, (1/m) sum_c max_y |S_c & S_y| (UIFCA's "cluster accuracy"): each cluster counts
+    its majority class, so unlike `acc` two clusters may claim the same class."""
+    p, kp, t, kt = _prepare(pred, target)
+    return float(_contingency(p, kp, t, kt).max(axis=0).sum()) / p.numel()
+
+
 def ari(pred: Tensor, target: Tensor) -> float:
     """Adjusted Rand index (0 for a single predicted cluster against several classes)."""
     p, _, t, _ = _prepare(pred, target)
@@ -122,10 +129,11 @@ def calinski_harabasz(x: Tensor, labels: Tensor) -> float:
 
 
 def cluster_metrics(pred: Tensor, target: Tensor) -> dict[str, float]:
-    """{"nmi", "acc", "ari", "kappa"} of the clustering `pred` against the classes `target`."""
+    """{"nmi", "acc", "ari", "kappa", "purity"} of the clustering `pred` against the classes `target`."""
     return {
         "nmi": nmi(pred, target),
         "acc": acc(pred, target),
         "ari": ari(pred, target),
         "kappa": kappa(pred, target),
+        "purity": purity(pred, target),
     }

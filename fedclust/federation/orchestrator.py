@@ -77,7 +77,7 @@ class Orchestrator:
                 last = position == self.total_rounds
                 if last or position % self.federation.eval_every == 0:
                     record.update(self.evaluate())
-                    self.progress.last_metrics = {k: record[k] for k in ("nmi", "acc", "ari", "kappa")}
+                    self.progress.last_metrics = {k: record[k] for k in ("nmi", "acc", "ari", "kappa", "purity")}
                 self.progress.history.append(record)
                 self._call("on_round_end", self, record)
         self._call("on_fit_end", self)

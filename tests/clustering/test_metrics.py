@@ -17,6 +17,7 @@ from fedclust.clustering.metrics import (
     kappa,
     kappa_mapping,
     nmi,
+    purity,
 )
 
 T = torch.tensor
@@ -32,7 +33,7 @@ def _noisy_labels(n: int, kp: int, kt: int, seed: int) -> tuple[torch.Tensor, to
 
 def test_permuted_perfect_clustering_scores_one():
     m = cluster_metrics(T([0, 0, 1, 1, 2, 2]), T([1, 1, 0, 0, 2, 2]))
-    assert m == pytest.approx({"nmi": 1.0, "acc": 1.0, "ari": 1.0, "kappa": 1.0})
+    assert m == pytest.approx({"nmi": 1.0, "acc": 1.0, "ari": 1.0, "kappa": 1.0, "purity": 1.0})
 
 
 def test_hand_computed_imperfect_case():
@@ -123,3 +124,12 @@ def test_calinski_harabasz_matches_sklearn():
     expected = skm.calinski_harabasz_score(x.numpy(), labels.numpy())
     assert calinski_harabasz(x, labels) == pytest.approx(expected, rel=1e-5)
     assert calinski_harabasz(x, torch.zeros(400, dtype=torch.long)) == 0.0
+
+
+def test_purity_lets_two_clusters_claim_one_class_unlike_acc():
+    # clusters 0 and 1 are both mostly class 0: purity counts 2 + 2 + 1, ACC can match class 0 only once
+    pred = torch.tensor([0, 0, 0, 1, 1, 2])
+    target = torch.tensor([0, 0, 1, 0, 0, 1])
+    assert purity(pred, target) == pytest.approx(5 / 6)
+    assert acc(pred, target) == pytest.approx(3 / 6)
+    assert cluster_metrics(pred, target)["purity"] == pytest.approx(5 / 6)
