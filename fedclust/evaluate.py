@@ -19,6 +19,22 @@ from fedclust.errors import ConfigError
 from fedclust.fit import CHECKPOINT, setup_method, write_assignments
 
 
+def load_run(folder: Path, device: torch.device, with_data: bool = False):
+    """The saved global model of a run folder: (method, data config, checkpoint state[, federated data])."""
+    from fedclust.__main__ import load_run_config  # the parser lives with the CLI
+
+    if not (Path(folder) / CHECKPOINT).exists():
+        raise ConfigError("run", str(folder), f"a run folder holding config.yaml and {CHECKPOINT}")
+    cfg = load_run_config(Path(folder) / "config.yaml")
+    method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
+    base = build_federated_data(data_cfg, device, seed)
+    setup_method(method, base, seed)
+    state = load_checkpoint(Path(folder) / CHECKPOINT)
+    method.load_state_dict(state["model"])
+    method.load_server_state(state["server"])
+    return (method, data_cfg, state, base) if with_data else (method, data_cfg, state)
+
+
 def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", data_name: str | None = None,
              data_root: str | None = None, output: str | None = None) -> dict[str, float]:
     """Score the saved global model of a run folder.
@@ -32,19 +48,9 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         data_root: Folder of that data set.
         output: CSV of assignments to write (default RUN/assignments_<split>.csv).
     """
-    from fedclust.__main__ import load_run_config  # the parser lives with the CLI
-
     folder = Path(run)
-    if not (folder / CHECKPOINT).exists():
-        raise ConfigError("run", run, f"a run folder holding config.yaml and {CHECKPOINT}")
-    cfg = load_run_config(folder / "config.yaml")
-    method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    base = build_federated_data(data_cfg, device, seed)
-    setup_method(method, base, seed)
-    state = load_checkpoint(folder / CHECKPOINT)
-    method.load_state_dict(state["model"])
-    method.load_server_state(state["server"])
+    method, data_cfg, state, base = load_run(folder, device, with_data=True)
     if split == "same" and data_name is None:
         data, clusters = base, method.predict(base, state["clients"]).cpu()
     else:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedclust.data import image_files
+from fedclust.data import derived, image_files
 from fedclust.errors import ConfigError
 from fedclust.seeding import generator
 
@@ -246,6 +246,8 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "imagenet10": _imagenet10,
     "gaussian": _gaussian,
     "subspace": _subspace,
+    "rotated": derived.rotated,
+    "representations": derived.representations,
 }
 
 

@@ -1,0 +1,68 @@
+"""Data sets built from other data sets: UIFCA's rotated images and its "representations" setting.
+
+Registered in fedclust.data.datasets.DATASETS as ``rotated`` and ``representations``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from fedclust.errors import ConfigError
+
+ROTATIONS = (0, 90, 180, 270)
+
+
+def rotated(root: str | None, split: str, source: str = "mnist", label: int = 2) -> "Dataset":  # noqa: F821
+    """UIFCA's "cluster by rotation": every image of one class of a square image set, at 0, 90, 180 and
+    270 degrees; the rotation is the cluster label (4 clusters, about 4 x 6,000 = 24,000 images for an
+    MNIST digit plus its test images with split "all").
+
+    Args:
+        source: The image set to rotate (mnist as the paper; fmnist or digits offline).
+        label: The class kept (the paper reports digits 2, 3, 4 and 5, which no rotation maps onto another).
+    """
+    from fedclust.data.datasets import Dataset, load_dataset
+
+    if source in ("rotated", "representations"):
+        raise ConfigError("data.options.source", source, "an image data set such as mnist, fmnist or digits")
+    base = load_dataset(source, root, split)
+    if not base.is_image or base.x.shape[-1] != base.x.shape[-2]:
+        raise ConfigError("data.options.source", source, "a data set of square images")
+    if not 0 <= label < base.num_classes:
+        raise ConfigError("data.options.label", label, f"a class of {source}: 0 .. {base.num_classes - 1}")
+    keep = base.y == label
+    x, marks = base.x[keep], base.split[keep]
+    # cluster by cluster, like the synthetic sets, so the pshift partition gives client k rotation k
+    xs = torch.cat([torch.rot90(x, k=r // 90, dims=(-2, -1)) for r in ROTATIONS])
+    y = torch.arange(len(ROTATIONS)).repeat_interleave(len(x))
+    return Dataset(f"rotated-{source}-{label}", xs.contiguous(), y, len(ROTATIONS), True, marks.repeat(len(ROTATIONS)))
+
+
+def representations(root: str | None, split: str, run: str = "", normalize: bool = False) -> "Dataset":  # noqa: F821
+    """UIFCA's third setting, "clustering representations": the embeddings a saved fedclust run's global
+    model gives every sample of that run's data set (the paper embeds MNIST with a pre-trained RotNet;
+    here any run whose method has an `embed`, e.g. a CCFC run, is the pre-trained network).
+
+    Args:
+        run: The run folder (holds config.yaml and checkpoints/last.ckpt).
+        normalize: L2-normalise each representation.
+    """
+    from fedclust.data.datasets import Dataset, load_dataset
+    from fedclust.evaluate import load_run
+
+    if not run:
+        raise ConfigError("data.options.run", run, "the folder of a finished fedclust run")
+    method, data_cfg, _state = load_run(Path(run), torch.device("cpu"))
+    base = load_dataset(data_cfg.name, root or data_cfg.root, split, **data_cfg.options)
+    from fedclust.data.client_data import FederatedData
+
+    data = FederatedData(base, [torch.arange(len(base.y))], torch.device("cpu"), normalize=data_cfg.normalize,
+                         eval_batch_size=data_cfg.eval_batch_size)
+    method.eval()
+    with torch.no_grad():
+        z = torch.cat([method.embed(x) for x in data.iter_all()]).float()
+    if normalize:
+        z = torch.nn.functional.normalize(z, dim=1)
+    return Dataset(f"representations-{Path(run).name}", z, base.y.clone(), base.num_classes, False, base.split.clone())
