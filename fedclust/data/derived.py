@@ -6,15 +6,19 @@ Registered in fedclust.data.datasets.DATASETS as ``rotated`` and ``representatio
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from fedclust.errors import ConfigError
 
+if TYPE_CHECKING:  # datasets.py imports this module to register the loaders
+    from fedclust.data.datasets import Dataset
+
 ROTATIONS = (0, 90, 180, 270)
 
 
-def rotated(root: str | None, split: str, source: str = "mnist", label: int = 2) -> "Dataset":  # noqa: F821
+def rotated(root: str | None, split: str, source: str = "mnist", label: int = 2) -> Dataset:
     """UIFCA's "cluster by rotation": every image of one class of a square image set, at 0, 90, 180 and
     270 degrees; the rotation is the cluster label (4 clusters, about 4 x 6,000 = 24,000 images for an
     MNIST digit plus its test images with split "all").
@@ -40,7 +44,7 @@ def rotated(root: str | None, split: str, source: str = "mnist", label: int = 2)
     return Dataset(f"rotated-{source}-{label}", xs.contiguous(), y, len(ROTATIONS), True, marks.repeat(len(ROTATIONS)))
 
 
-def representations(root: str | None, split: str, run: str = "", normalize: bool = False) -> "Dataset":  # noqa: F821
+def representations(root: str | None, split: str, run: str = "", normalize: bool = False) -> Dataset:
     """UIFCA's third setting, "clustering representations": the embeddings a saved fedclust run's global
     model gives every sample of that run's data set (the paper embeds MNIST with a pre-trained RotNet;
     here any run whose method has an `embed`, e.g. a CCFC run, is the pre-trained network).

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
+from fedclust.__main__ import main
 from fedclust.data.datasets import load_dataset
 from fedclust.errors import ConfigError
-from fedclust.__main__ import main
 from tests.test_cli import TINY
 
 
