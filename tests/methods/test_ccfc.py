@@ -10,7 +10,7 @@ INFO = DataInfo(num_classes=10, in_channels=1, input_size=8, num_features=64, is
 
 def test_two_clients_one_round_per_stage_smoke(run_fit, tmp_path):
     metrics = run_fit(tiny_ccfc())
-    assert set(metrics) == {"nmi", "acc", "ari", "kappa"}
+    assert set(metrics) == {"nmi", "acc", "ari", "kappa", "purity"}
     assert 0 <= metrics["nmi"] <= 1
     for name in ("config.yaml", "metrics.csv", "checkpoints/last.ckpt", "assignments.csv", "partition.txt"):
         assert (tmp_path / "run" / name).exists(), name
