@@ -1,0 +1,83 @@
+"""Centralized fuzzy c-means: the FCM column of CCFC's Tables 1-2 (the pooled-data reference of FFCM, not
+federated), after Bezdek (1981) / Bezdek, Ehrlich & Full (1984).
+
+Runs as a one-client federation (`data.num_clients: 1`) like KMeans, so the same data, geometry and scoring
+code serve it: one round, no gradient step, FCM (fedclust/clustering/fcm.py) on every point. A point is
+labelled by its largest membership, i.e. its nearest centre. The baselines' reported numbers are in
+cosine geometry: pair this method with `data.normalize: l2` (configs/fcm_fmnist.yaml does).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from torch import Tensor
+
+from fedclust.clustering.fcm import fcm
+from fedclust.clustering.kmeans import assign_nearest
+from fedclust.errors import ConfigError
+from fedclust.methods.base import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
+
+log = logging.getLogger("fedclust")
+
+
+class FCM(FederatedMethod):
+    """Centralized fuzzy c-means.
+
+    Args:
+        num_clusters: c; None takes the number of classes of the data.
+        m: Fuzzifier (> 1); 2 is Bezdek's usual choice.
+        max_iter: Most centre updates.
+        tol: Stop once the memberships change by less than tol (Frobenius norm) between two iterations.
+        init: "kmeans++" seeding of the centres, or "random" memberships (scikit-fuzzy's start).
+        n_init: Runs from different starts; the lowest objective J_m wins.
+    """
+
+    def __init__(self, num_clusters: int | None = None, m: float = 2.0, max_iter: int = 1000, tol: float = 1e-4,
+                 init: Literal["kmeans++", "random"] = "kmeans++", n_init: int = 1):
+        super().__init__(num_clusters)
+        self.m, self.max_iter, self.tol, self.init, self.n_init = m, max_iter, tol, init, n_init
+        self.centroids: Tensor | None = None
+
+    def validate(self, info: DataInfo, num_clients: int) -> None:
+        if num_clients != 1:
+            raise ConfigError("data.num_clients", num_clients, "1 for the centralized fuzzy c-means baseline")
+        if not self.m > 1:
+            raise ConfigError("method.m", self.m, "a fuzzifier greater than 1")
+        for name in ("max_iter", "n_init"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"method.{name}", getattr(self, name), "a positive integer")
+
+    def stages(self) -> list[Stage]:
+        return [Stage("one-shot", 1, local_epochs=0)]
+
+    def communicated(self) -> list[str]:
+        return []
+
+    def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
+        x = ctx.data.all_x().flatten(1)
+        result, iterations = None, 0
+        for run in range(self.n_init):
+            g = ctx.generator("fcm-init" if run == 0 else f"fcm-init-{run}", device="cpu")
+            candidate = fcm(x, self.num_clusters, m=self.m, max_iter=self.max_iter, tol=self.tol, generator=g,
+                            init=self.init)
+            log.info("FCM start %d: %d iterations, objective %.8g", run, candidate.n_iter, candidate.objective)
+            iterations += candidate.n_iter
+            if result is None or candidate.objective < result.objective:
+                result = candidate
+        ctx.state["n_iter"], ctx.state["objective"] = iterations, result.objective
+        return {"centres": result.centres, "supports": result.supports}
+
+    def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
+                  ctx: RoundContext) -> None:
+        self.centroids = updates[0].payload["centres"]
+
+    def server_state(self) -> dict[str, Any]:
+        return {"centroids": self.centroids}
+
+    def load_server_state(self, state: dict[str, Any]) -> None:
+        self.centroids = state["centroids"]
+
+    def assign(self, x: Tensor) -> Tensor:
+        return assign_nearest(x.flatten(1), self.centroids.to(x.device))
