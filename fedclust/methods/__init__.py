@@ -3,7 +3,14 @@ name alone (`method: {class_path: CCFC}`)."""
 
 from fedclust.methods.base import FederatedMethod, Stage
 from fedclust.methods.ccfc import CCFC
+from fedclust.methods.clustergan_fedavg import ClusterGANFedAvg
+from fedclust.methods.fcm import FCM
+from fedclust.methods.ffcm import FFCM
 from fedclust.methods.kfed import KFED
 from fedclust.methods.kmeans import KMeans
+from fedclust.methods.ppfc_gan import PPFCGAN
+from fedclust.methods.sdafc import SDAFC
+from fedclust.methods.uifca import UIFCA
 
-__all__ = ["FederatedMethod", "Stage", "CCFC", "KFED", "KMeans"]
+__all__ = ["FederatedMethod", "Stage", "CCFC", "KFED", "KMeans", "FCM", "FFCM", "ClusterGANFedAvg", "UIFCA",
+           "SDAFC", "PPFCGAN"]

@@ -6,14 +6,21 @@ from fedclust.data.config import DataConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.methods import KFED, KMeans
 from tests.conftest import tiny_ccfc
+from tests.methods.test_clustergan_fedavg import tiny_clustergan, tiny_mnist28
+from tests.methods.test_ppfc_gan import tiny_ppfc
+from tests.methods.test_sdafc import tiny_sdafc
 
 
 @pytest.mark.parametrize("make,data", [
     (tiny_ccfc, None),
     (lambda: KFED(k_local=10), None),
     (KMeans, DataConfig(name="digits", num_clients=1, partition="iid")),
+    (tiny_clustergan, tiny_mnist28),  # data: a function of a folder to write 28x28 images in
+    (tiny_sdafc, None),  # shares synthetic images, under "synthetic" only
+    (tiny_ppfc, None),
 ])
-def test_payloads_are_summaries_not_samples(run_fit, monkeypatch, make, data):
+def test_payloads_are_summaries_not_samples(run_fit, monkeypatch, tmp_path, make, data):
+    data = data(tmp_path / "data") if callable(data) else data
     seen = []
     real = Orchestrator.run_round
 

@@ -1,0 +1,120 @@
+import pytest
+import torch
+
+from fedclust.federation.config import FederationConfig
+from fedclust.federation.orchestrator import Orchestrator
+from fedclust.methods import PPFCGAN
+from fedclust.methods.base import LOCAL_WEIGHTS, ClientUpdate, DataInfo, RoundContext, Stage
+from tests.conftest import tiny_data
+from tests.federation.test_orchestrator import build
+
+TINY = dict(gan_rounds=1, g_hidden=16, d_hidden=16, max_steps_per_epoch=4, ae_hidden=(32,), latent_dim=4,
+            pretrain_epochs=1, cluster_epochs=1, kmeans_redo=1)
+
+
+def tiny_ppfc(**kw) -> PPFCGAN:
+    """PPFC-GAN with 16-wide GAN layers, one GAN round of at most 4 steps and a 64-32-4 autoencoder trained
+    1 + 1 epochs."""
+    return PPFCGAN(**{**TINY, **kw})
+
+
+def spy_updates(monkeypatch):
+    seen = []
+    real = Orchestrator.run_round
+
+    def spy(self, ctx):
+        original = self.method.aggregate
+
+        def capture(averaged, updates, rctx):
+            seen.append((rctx.stage.name, averaged, updates))
+            return original(averaged, updates, rctx)
+
+        self.method.aggregate = capture
+        try:
+            return real(self, ctx)
+        finally:
+            del self.method.aggregate
+
+    monkeypatch.setattr(Orchestrator, "run_round", spy)
+    return seen
+
+
+@pytest.mark.parametrize("federated", [True, False])
+def test_two_clients_one_round_smoke(run_fit, tmp_path, federated):
+    metrics = run_fit(tiny_ppfc(federated_gan=federated))
+    assert set(metrics) >= {"nmi", "acc", "ari", "kappa"} and 0 <= metrics["nmi"] <= 1
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert set(ckpt["server"]) == {"centroids", "autoencoder"} and ckpt["server"]["centroids"].shape == (10, 4)
+
+
+def test_schedule_gan_rounds_then_one_synthesize_round_and_synthetic_data_only_then(monkeypatch):
+    seen = spy_updates(monkeypatch)
+    orch = build(tiny_ppfc(gan_rounds=2), data_cfg=tiny_data(num_clients=2))
+    orch.run()
+    assert [s for s, _, _ in seen] == ["gan", "gan", "synthesize"]
+    assert all(u.payload == {} for s, _, ups in seen[:2] for u in ups)
+    sizes = [len(orch.data.client(c, 64)) for c in (0, 1)]
+    assert [u.payload["synthetic"].shape for u in seen[2][2]] == [(n, 1, 8, 8) for n in sizes]
+
+
+def test_fedavg_averages_the_whole_gan_and_nothing_stays_on_the_clients(monkeypatch):
+    seen = spy_updates(monkeypatch)
+    orch = build(tiny_ppfc(), data_cfg=tiny_data(num_clients=2))
+    assert orch.method.communicated() == list(orch.method.state_dict())
+    assert all(k.startswith("gan.") for k in orch.method.communicated())  # the DCN is not a submodule
+    orch.run()
+    _, averaged, _ = seen[0]
+    assert set(averaged) == set(orch.method.state_dict())
+    assert all(LOCAL_WEIGHTS not in s for s in orch.client_states.values())
+
+
+def test_without_fedavg_each_client_keeps_its_own_gan():
+    orch = build(tiny_ppfc(federated_gan=False), data_cfg=tiny_data(num_clients=2))
+    before = {k: v.clone() for k, v in orch.method.state_dict().items()}
+    orch.run()
+    assert all(torch.equal(before[k], v) for k, v in orch.method.state_dict().items())
+    local = [orch.client_states[c][LOCAL_WEIGHTS] for c in (0, 1)]
+    assert not torch.equal(local[0]["gan.generator.fc.0.weight"], local[1]["gan.generator.fc.0.weight"])
+
+
+def test_learning_rate_decay_counts_epochs_over_the_rounds(run_fit, monkeypatch):
+    seen = []
+    real = PPFCGAN.training_step
+
+    def spy(self, batch, batch_idx):
+        seen.append(self.optimizers()[1].param_groups[0]["lr"])
+        return real(self, batch, batch_idx)
+
+    monkeypatch.setattr(PPFCGAN, "training_step", spy)
+    run_fit(tiny_ppfc(gan_rounds=2, local_epochs=2, max_steps_per_epoch=1))
+    # 2 rounds x 2 clients x 2 epochs, one step each: epochs 0, 1 then 2, 3 of the stage
+    assert seen == pytest.approx([1.8e-3 * 0.99**e for e in (0, 1, 0, 1, 2, 3, 2, 3)])
+
+
+def test_server_dcn_separates_synthetic_blobs_and_labels_real_data_by_nearest_centroid():
+    g = torch.Generator().manual_seed(0)
+    centres = torch.eye(64)[:3] * 3
+    synthetic = (centres.repeat_interleave(60, 0) + 0.1 * torch.randn(180, 64, generator=g)).view(180, 1, 8, 8)
+    updates = [ClientUpdate(0, 90, {"synthetic": synthetic[:90]}), ClientUpdate(1, 90, {"synthetic": synthetic[90:]})]
+    method = tiny_ppfc(num_clusters=3, ae_hidden=(32,), latent_dim=3, pretrain_epochs=30, cluster_epochs=5,
+                       dcn_batch_size=32, kmeans_redo=5)
+    torch.manual_seed(0)
+    method.build(DataInfo(3, 1, 8, 64, True))
+    assert torch.equal(method.assign(torch.rand(4, 1, 8, 8)), torch.zeros(4, dtype=torch.long))  # no DCN yet
+    method.aggregate(None, updates, RoundContext(Stage("synthesize", 1, 0), 1, 0, 0))
+    assert method.dcn_losses["pretrain"][-1] < method.dcn_losses["pretrain"][0]
+    real = centres.view(3, 1, 8, 8).repeat(2, 1, 1, 1)
+    with torch.no_grad():
+        labels = method.assign(real)
+    assert len(set(labels[:3].tolist())) == 3 and torch.equal(labels[:3], labels[3:])
+    fresh = tiny_ppfc(num_clusters=3, ae_hidden=(32,), latent_dim=3)
+    fresh.build(DataInfo(3, 1, 8, 64, True))
+    fresh.load_server_state(method.server_state())
+    with torch.no_grad():
+        assert torch.equal(fresh.assign(real), labels)
+
+
+def test_the_config_defaults_are_the_stated_protocol():
+    method = PPFCGAN()
+    assert [(s.name, s.rounds, s.local_epochs) for s in method.stages()] == [("gan", 50, 1), ("synthesize", 1, 0)]
+    assert method.shares_synthetic_data and FederationConfig().schedule(method.stages())[1].local_epochs == 0
