@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import adjusted_rand_score as sk_adjusted_rand_score
 from torch import Tensor
 from torchmetrics.functional.classification import multiclass_cohen_kappa
 from torchmetrics.functional.clustering import (
-    adjusted_rand_score,
     calinski_harabasz_score,
     normalized_mutual_info_score,
 )
@@ -85,9 +85,12 @@ def purity(pred: Tensor, target: Tensor) -> float:
 
 def ari(pred: Tensor, target: Tensor) -> float:
     """Adjusted Rand index (0 for a single predicted cluster against several classes)."""
-    p, _, t, _ = _prepare(pred, target)
-    with torch.sparse.check_sparse_tensor_invariants(False):
-        return _finite(adjusted_rand_score(p, t))
+    p, kp, t, kt = _prepare(pred, target)
+    if kp == 1 and kt > 1:
+        return 0.0
+    # scikit-learn's, not torchmetrics': the latter loses precision in its pair counts on large unbalanced
+    # clusterings (70,000 points: -0.318 where the exact value is 0.158).
+    return _finite(sk_adjusted_rand_score(t.cpu().numpy(), p.cpu().numpy()))
 
 
 def kappa_mapping(pred: Tensor, target: Tensor) -> Tensor:
