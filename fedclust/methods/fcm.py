@@ -10,19 +10,19 @@ cosine geometry: pair this method with `data.normalize: l2` (configs/fcm_fmnist.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Literal
 
 from torch import Tensor
 
 from fedclust.clustering.fcm import fcm
-from fedclust.clustering.kmeans import assign_nearest
 from fedclust.errors import ConfigError
-from fedclust.methods.base import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
+from fedclust.methods.base import ClientContext, DataInfo
+from fedclust.methods.centralized import CentralizedCentroids
 
 log = logging.getLogger("fedclust")
 
 
-class FCM(FederatedMethod):
+class FCM(CentralizedCentroids):
     """Centralized fuzzy c-means.
 
     Args:
@@ -34,26 +34,20 @@ class FCM(FederatedMethod):
         n_init: Runs from different starts; the lowest objective J_m wins.
     """
 
+    baseline = "fuzzy c-means"
+
     def __init__(self, num_clusters: int | None = None, m: float = 2.0, max_iter: int = 1000, tol: float = 1e-4,
                  init: Literal["kmeans++", "random"] = "kmeans++", n_init: int = 1):
         super().__init__(num_clusters)
         self.m, self.max_iter, self.tol, self.init, self.n_init = m, max_iter, tol, init, n_init
-        self.centroids: Tensor | None = None
 
     def validate(self, info: DataInfo, num_clients: int) -> None:
-        if num_clients != 1:
-            raise ConfigError("data.num_clients", num_clients, "1 for the centralized fuzzy c-means baseline")
+        super().validate(info, num_clients)
         if not self.m > 1:
             raise ConfigError("method.m", self.m, "a fuzzifier greater than 1")
         for name in ("max_iter", "n_init"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"method.{name}", getattr(self, name), "a positive integer")
-
-    def stages(self) -> list[Stage]:
-        return [Stage("one-shot", 1, local_epochs=0)]
-
-    def communicated(self) -> list[str]:
-        return []
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         x = ctx.data.all_x().flatten(1)
@@ -67,17 +61,4 @@ class FCM(FederatedMethod):
             if result is None or candidate.objective < result.objective:
                 result = candidate
         ctx.state["n_iter"], ctx.state["objective"] = iterations, result.objective
-        return {"centres": result.centres, "supports": result.supports}
-
-    def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
-                  ctx: RoundContext) -> None:
-        self.centroids = updates[0].payload["centres"]
-
-    def server_state(self) -> dict[str, Any]:
-        return {"centroids": self.centroids}
-
-    def load_server_state(self, state: dict[str, Any]) -> None:
-        self.centroids = state["centroids"]
-
-    def assign(self, x: Tensor) -> Tensor:
-        return assign_nearest(x.flatten(1), self.centroids.to(x.device))
+        return {"centroids": result.centres, "supports": result.supports}
