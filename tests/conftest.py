@@ -31,3 +31,29 @@ def run_fit(tmp_path):
                    run_dir=str(tmp_path / folder), progress=False, **kw)
 
     return _run
+
+
+@pytest.fixture
+def server_inputs(monkeypatch):
+    """Every aggregate call of the runs in a test, as (stage name, averaged weights, client updates): what
+    crossed from the clients to the server."""
+    from fedclust.federation.orchestrator import Orchestrator
+
+    seen = []
+    real = Orchestrator.run_round
+
+    def spy(self, ctx):
+        original = self.method.aggregate
+
+        def capture(averaged, updates, rctx):
+            seen.append((rctx.stage.name, averaged, updates))
+            return original(averaged, updates, rctx)
+
+        self.method.aggregate = capture
+        try:
+            return real(self, ctx)
+        finally:
+            del self.method.aggregate
+
+    monkeypatch.setattr(Orchestrator, "run_round", spy)
+    return seen

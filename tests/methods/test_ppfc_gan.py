@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from fedclust.federation.config import FederationConfig
-from fedclust.federation.orchestrator import Orchestrator
 from fedclust.methods import PPFCGAN
 from fedclust.methods.base import LOCAL_WEIGHTS, ClientUpdate, DataInfo, RoundContext, Stage
 from tests.conftest import tiny_data
@@ -18,27 +17,6 @@ def tiny_ppfc(**kw) -> PPFCGAN:
     return PPFCGAN(**{**TINY, **kw})
 
 
-def spy_updates(monkeypatch):
-    seen = []
-    real = Orchestrator.run_round
-
-    def spy(self, ctx):
-        original = self.method.aggregate
-
-        def capture(averaged, updates, rctx):
-            seen.append((rctx.stage.name, averaged, updates))
-            return original(averaged, updates, rctx)
-
-        self.method.aggregate = capture
-        try:
-            return real(self, ctx)
-        finally:
-            del self.method.aggregate
-
-    monkeypatch.setattr(Orchestrator, "run_round", spy)
-    return seen
-
-
 @pytest.mark.parametrize("federated", [True, False])
 def test_two_clients_one_round_smoke(run_fit, tmp_path, federated):
     metrics = run_fit(tiny_ppfc(federated_gan=federated))
@@ -47,8 +25,8 @@ def test_two_clients_one_round_smoke(run_fit, tmp_path, federated):
     assert set(ckpt["server"]) == {"centroids", "autoencoder"} and ckpt["server"]["centroids"].shape == (10, 4)
 
 
-def test_schedule_gan_rounds_then_one_synthesize_round_and_synthetic_data_only_then(monkeypatch):
-    seen = spy_updates(monkeypatch)
+def test_schedule_gan_rounds_then_one_synthesize_round_and_synthetic_data_only_then(server_inputs):
+    seen = server_inputs
     orch = build(tiny_ppfc(gan_rounds=2), data_cfg=tiny_data(num_clients=2))
     orch.run()
     assert [s for s, _, _ in seen] == ["gan", "gan", "synthesize"]
@@ -57,8 +35,8 @@ def test_schedule_gan_rounds_then_one_synthesize_round_and_synthetic_data_only_t
     assert [u.payload["synthetic"].shape for u in seen[2][2]] == [(n, 1, 8, 8) for n in sizes]
 
 
-def test_fedavg_averages_the_whole_gan_and_nothing_stays_on_the_clients(monkeypatch):
-    seen = spy_updates(monkeypatch)
+def test_fedavg_averages_the_whole_gan_and_nothing_stays_on_the_clients(server_inputs):
+    seen = server_inputs
     orch = build(tiny_ppfc(), data_cfg=tiny_data(num_clients=2))
     assert orch.method.communicated() == list(orch.method.state_dict())
     assert all(k.startswith("gan.") for k in orch.method.communicated())  # the DCN is not a submodule

@@ -3,12 +3,12 @@
 import pytest
 
 from fedclust.data.config import DataConfig
-from fedclust.federation.orchestrator import Orchestrator
-from fedclust.methods import KFED, KMeans
+from fedclust.methods import FCM, FFCM, KFED, KMeans
 from tests.conftest import tiny_ccfc
 from tests.methods.test_clustergan_fedavg import tiny_clustergan, tiny_mnist28
 from tests.methods.test_ppfc_gan import tiny_ppfc
 from tests.methods.test_sdafc import tiny_sdafc
+from tests.methods.test_uifca import tiny_uifca
 
 
 @pytest.mark.parametrize("make,data", [
@@ -18,30 +18,18 @@ from tests.methods.test_sdafc import tiny_sdafc
     (tiny_clustergan, tiny_mnist28),  # data: a function of a folder to write 28x28 images in
     (tiny_sdafc, None),  # shares synthetic images, under "synthetic" only
     (tiny_ppfc, None),
+    (lambda: FCM(max_iter=20), DataConfig(name="digits", num_clients=1, partition="iid")),
+    (lambda: FFCM(max_rounds=2), None),
+    (lambda: tiny_uifca(flow="affine"), DataConfig(name="gaussian", num_clients=2, partition="iid",
+                                                   options={"num_clusters": 2, "points_per_cluster": 100})),
 ])
-def test_payloads_are_summaries_not_samples(run_fit, monkeypatch, tmp_path, make, data):
+def test_payloads_are_summaries_not_samples(run_fit, server_inputs, tmp_path, make, data):
     data = data(tmp_path / "data") if callable(data) else data
-    seen = []
-    real = Orchestrator.run_round
-
-    def spy(self, ctx):
-        original = self.method.aggregate
-
-        def capture(averaged, updates, rctx):
-            seen.extend(updates)
-            return original(averaged, updates, rctx)
-
-        self.method.aggregate = capture
-        try:
-            return real(self, ctx)
-        finally:
-            del self.method.aggregate
-
-    monkeypatch.setattr(Orchestrator, "run_round", spy)
-    run_fit(make(), data=data)
-    assert seen
-    for update in seen:
+    method = make()
+    run_fit(method, data=data)
+    assert server_inputs
+    for update in (u for _, _, updates in server_inputs for u in updates):
         for name, tensor in update.payload.items():
-            if name == "synthetic" and type(make()).shares_synthetic_data:
+            if name == "synthetic" and method.shares_synthetic_data:
                 continue  # generated samples, named as such by methods whose paper shares them
             assert tensor.shape[0] < update.num_samples, f"{name} is shaped like the client's samples"
