@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from rich.console import Console
@@ -13,26 +13,37 @@ from rich.table import Table
 from fedclust.callbacks.checkpoint import load_checkpoint
 from fedclust.clustering.metrics import cluster_metrics
 from fedclust.data.client_data import FederatedData
-from fedclust.data.config import build_federated_data
+from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.datasets import load_dataset
 from fedclust.errors import ConfigError
 from fedclust.fit import CHECKPOINT, setup_method, write_assignments
+from fedclust.methods.base import FederatedMethod
 
 
-def load_run(folder: Path, device: torch.device, with_data: bool = False):
-    """The saved global model of a run folder: (method, data config, checkpoint state[, federated data])."""
+class SavedRun(NamedTuple):
+    """A run folder brought back: its method with the saved global state, and what it ran on."""
+
+    method: FederatedMethod
+    data_cfg: DataConfig
+    seed: int
+    state: dict  # the checkpoint: model, server, clients, done, history
+    data: FederatedData  # the run's data and client partition
+
+
+def load_run(folder: Path, device: torch.device) -> SavedRun:
+    """The saved global model of a run folder, with the data and partition it ran on."""
     from fedclust.__main__ import load_run_config  # the parser lives with the CLI
 
     if not (Path(folder) / CHECKPOINT).exists():
         raise ConfigError("run", str(folder), f"a run folder holding config.yaml and {CHECKPOINT}")
     cfg = load_run_config(Path(folder) / "config.yaml")
     method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
-    base = build_federated_data(data_cfg, device, seed)
-    setup_method(method, base, seed)
+    data = build_federated_data(data_cfg, device, seed)
+    setup_method(method, data, seed)
     state = load_checkpoint(Path(folder) / CHECKPOINT)
     method.load_state_dict(state["model"])
     method.load_server_state(state["server"])
-    return (method, data_cfg, state, base) if with_data else (method, data_cfg, state)
+    return SavedRun(method, data_cfg, seed, state, data)
 
 
 def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", data_name: str | None = None,
@@ -50,7 +61,7 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
     """
     folder = Path(run)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    method, data_cfg, state, base = load_run(folder, device, with_data=True)
+    method, data_cfg, _, state, base = load_run(folder, device)
     if split == "same" and data_name is None:
         data, clusters = base, method.predict(base, state["clients"]).cpu()
     else:

@@ -58,7 +58,7 @@ def representations(root: str | None, split: str, run: str = "", normalize: bool
 
     if not run:
         raise ConfigError("data.options.run", run, "the folder of a finished fedclust run")
-    method, data_cfg, _state = load_run(Path(run), torch.device("cpu"))
+    method, data_cfg = load_run(Path(run), torch.device("cpu"))[:2]
     base = load_dataset(data_cfg.name, root or data_cfg.root, split, **data_cfg.options)
     from fedclust.data.client_data import FederatedData
 

@@ -196,12 +196,12 @@ def recluster(run: str | Path, clusterer: Literal["kmeans", "fcm"]) -> dict[str,
     from fedclust.evaluate import load_run
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    method, _, state, data = load_run(Path(run), device, with_data=True)
+    method, _, seed, state, data = load_run(Path(run), device)
     if not isinstance(method, SDAFC) or state["done"] != 1:
         raise ValueError(f"{run} is not a finished one-round SDA-FC run")
     method.hparams.clusterer = clusterer
     method.eval()
-    stage, updates, seed = method.stages()[0], [], _run_seed(run)
+    stage, updates = method.stages()[0], []
     for cid, client_state in sorted(state["clients"].items()):
         if LOCAL_WEIGHTS not in client_state:
             continue  # a client that failed in the one round sent nothing
@@ -211,8 +211,3 @@ def recluster(run: str | Path, clusterer: Literal["kmeans", "fcm"]) -> dict[str,
     method.aggregate(None, updates, RoundContext(stage, 0, 0, seed))
     return cluster_metrics(method.predict(data, state["clients"]).cpu(), data.labels.cpu())
 
-
-def _run_seed(run: str | Path) -> int:
-    import yaml
-
-    return int(yaml.safe_load((Path(run) / "config.yaml").read_text())["seed"])
