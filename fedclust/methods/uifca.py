@@ -163,6 +163,7 @@ class UIFCA(FederatedMethod):
     # --- client ---------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:
         self._x = ctx.data.all_x()
+        self._noise_gen = ctx.generator("dequantize")
         if ctx.stage.name == "kfed-init":
             return
         t = ctx.round // self.hparams.communication_rounds
@@ -204,14 +205,15 @@ class UIFCA(FederatedMethod):
             if x is None:
                 continue
             if self._is_image:
-                x = dequantize(x, self.ctx.generator(f"dequantize-{batch_idx}-{k}"))
+                x = dequantize(x, self._noise_gen)
             loss = loss + self.flows[k].nll(x).mean()
         return loss
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
+        x, self._x = self._x, None  # the working model must not keep the last client's samples alive
         if ctx.stage.name == "kfed-init":
-            k_local = min(self.hparams.kfed_k_local or self.num_clusters, len(self._x))
-            centres, labels = local_kfed(self._x.flatten(1), k_local, ctx.generator("local-kfed", device="cpu"))
+            k_local = min(self.hparams.kfed_k_local or self.num_clusters, len(x))
+            centres, labels = local_kfed(x.flatten(1), k_local, ctx.generator("local-kfed", device="cpu"))
             ctx.state["local_labels"] = labels.cpu()  # stays on the client: only the centres are sent
             return {"centres": centres}
         return {}

@@ -102,3 +102,14 @@ def test_copies_start_as_one_model_plus_small_noise():
 def test_bad_settings_are_config_errors(run_fit, kw, data, field):
     with pytest.raises(ConfigError, match=field):
         run_fit(tiny_uifca(**kw), data=data or small_gaussian())
+
+
+def test_reinit_models_redraws_them_at_each_cluster_round_reproducibly():
+    def final_weights(reinit):
+        method = tiny_uifca(cluster_rounds=2, communication_rounds=1, reinit_models=reinit)
+        build(method, data_cfg=small_gaussian(p=0.5)).run()
+        return torch.cat([p.detach().flatten() for p in method.flows.parameters()])
+
+    once, again, kept = final_weights(True), final_weights(True), final_weights(False)
+    assert torch.equal(once, again)
+    assert not torch.allclose(once, kept)
