@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,16 +32,22 @@ from fedclust.federation.orchestrator import Orchestrator
 from fedclust.methods.base import FederatedMethod
 
 CHECKPOINT = Path("checkpoints/last.ckpt")
+RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
 
 
 @dataclass
 class FabricConfig:
     """Lightning Fabric settings.
 
+    With ``devices`` > 1 (or several nodes) and ``strategy: ddp``, each process trains a disjoint share of
+    every round's clients; sums are all-reduced, the server step and scoring run on rank 0, only rank 0
+    writes (fedclust/federation/distributed.py). Fabric's launcher starts the local processes; for several
+    nodes start the command on each node with torchrun (or `fabric run`), which sets the ranks.
+
     Args:
         accelerator: cpu, cuda, gpu or auto.
-        devices: Number of devices (or "auto").
-        strategy: Fabric strategy (auto, ddp, ...).
+        devices: Number of devices (or "auto") per node: processes for ddp on cpu.
+        strategy: Fabric strategy: auto (one process) or ddp (one process per device).
         num_nodes: Number of nodes.
         precision: 32-true or bf16-mixed (no loss scaling is applied, so 16-mixed is not offered).
     """
@@ -76,14 +83,22 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         config_text: The resolved config to save (set by the command line).
     """
     federation.validate()
-    folder = _run_folder(method, data, name, runs_dir, resume or run_dir, resuming=resume is not None)
-    extra = build_logger(logger, folder, project, group, name, {"config": config_text})
+    leader = _is_leader()
+    if leader:
+        folder = _run_folder(method, data, name, runs_dir, resume or run_dir, resuming=resume is not None)
+        os.environ[RUN_DIR_ENV] = str(folder)  # the processes Fabric launches next write nothing, but know it
+    else:
+        folder = Path(os.environ.get(RUN_DIR_ENV) or resume or run_dir or "")
+    extra = build_logger(logger, folder, project, group, name, {"config": config_text}) if leader else None
     fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
                  num_nodes=fabric.num_nodes, precision=fabric.precision, loggers=[extra] if extra else [])
+    fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
+    folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
     fed_data = build_federated_data(data, fab.device, seed)
     info = fed_data.info
     setup_method(method, fed_data, seed)
-    console = Console(quiet=not progress)
+    leader = fab.is_global_zero
+    console = Console(quiet=not progress or not leader)
     orch = Orchestrator(fab, method, fed_data, federation, seed)
     counts = class_counts(fed_data.labels.cpu(), [p.cpu() for p in fed_data.parts], info.num_classes)
     table = format_class_counts(counts)
@@ -93,18 +108,21 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     if resume:
         orch.load_state_dict(load_checkpoint(folder / CHECKPOINT))
         console.print(f"resumed after round {orch.progress.done}")
-    else:
+    elif leader:
         (folder / "config.yaml").write_text(config_text or "")
         (folder / "partition.txt").write_text(table + "\n")
         _write_counts_csv(folder / "partition.csv", counts)
-    orch.callbacks = [CSVMetrics(folder / "metrics.csv"), Checkpoint(folder / CHECKPOINT, federation.checkpoint_every),
-                      ProgressCallback(console)]
-    if extra:
-        orch.callbacks.append(FabricLogging())
-    with run_log(folder / "run.log"):
+    if leader:  # only rank 0 logs and writes
+        orch.callbacks = [CSVMetrics(folder / "metrics.csv"),
+                          Checkpoint(folder / CHECKPOINT, federation.checkpoint_every), ProgressCallback(console)]
+        if extra:
+            orch.callbacks.append(FabricLogging())
+    with run_log(folder / "run.log") if leader else contextlib.nullcontext():
         final = orch.run()
-    write_assignments(folder / "assignments.csv", orch.predict(), fed_data)
-    (folder / "final.json").write_text(json.dumps({"metrics": final, "rounds": orch.total_rounds}, indent=2))
+    if leader:
+        write_assignments(folder / "assignments.csv", orch.predict(), fed_data)
+        (folder / "final.json").write_text(json.dumps({"metrics": final, "rounds": orch.total_rounds,
+                                                       "world_size": fab.world_size}, indent=2))
     return final
 
 
@@ -117,6 +135,12 @@ def setup_method(method: FederatedMethod, data, seed: int) -> None:
     torch.manual_seed(seed)  # network initialisation: the one draw made before any client exists
     method.build(info)
     method.to(data.device)
+
+
+def _is_leader() -> bool:
+    """Global rank 0, known before Fabric starts: the processes Fabric's launcher or torchrun start carry
+    their rank in the environment (LOCAL_RANK / NODE_RANK, or RANK)."""
+    return all(os.environ.get(var, "0") == "0" for var in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 @contextlib.contextmanager

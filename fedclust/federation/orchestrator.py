@@ -20,6 +20,14 @@ from fedclust.data.client_data import FederatedData
 from fedclust.federation.aggregate import WeightedSum, is_finite
 from fedclust.federation.client import as_optimizer_list, local_fit, reset_optimizer, to_cpu
 from fedclust.federation.config import FederationConfig
+from fedclust.federation.distributed import (
+    all_reduce_sum,
+    broadcast_object,
+    gather_objects,
+    my_clients,
+    to_device,
+    world_size,
+)
 from fedclust.federation.sampling import participants
 from fedclust.methods.base import (
     LOCAL_WEIGHTS,
@@ -95,7 +103,8 @@ class Orchestrator:
         updates: list[ClientUpdate] = []
         losses, rejected = [], []
         self._call("on_round_start", self, ctx, alive)
-        for client_id in alive:
+        mine = my_clients(alive, self.fabric)  # all of them in one process; a disjoint share per DDP rank
+        for client_id in mine:
             update, state, loss = self.train_client(client_id, ctx, global_state)
             # nan is the loss of a client that took no step; after steps it means divergence
             loss_ok = math.isfinite(loss) or (math.isnan(loss) and ctx.stage.local_epochs == 0)
@@ -108,17 +117,41 @@ class Orchestrator:
                 updates.append(update)
                 losses.append(loss)
             self._call("on_client_end", self, client_id)
+        peak = peak_memory_mb(self.fabric.device)
+        if world_size(self.fabric) > 1:
+            total = all_reduce_sum(self.fabric, total, {k: global_state[k] for k in self.communicated})
+            trained = {cid: self.client_states[cid] for cid in mine}
+            parts = gather_objects(self.fabric, (updates, losses, rejected, trained, peak))
+            updates = [to_device(u, self.fabric.device) for part in parts for u in part[0]]
+            losses = [v for part in parts for v in part[1]]
+            rejected = sorted(c for part in parts for c in part[2])
+            for part in parts:  # every rank keeps every client's state: any rank may train it next
+                self.client_states.update(part[3])
+            peak = max(part[4] for part in parts)
         method.load_state_dict(global_state)  # the server's copy, before the clients' updates
         if updates:
             updates.sort(key=lambda u: u.client_id)  # the server step must not depend on arrival order
-            method.aggregate(total.average() if total else None, updates, ctx)
+            if self.fabric.is_global_zero:  # the server step (k-means, ...) runs once
+                method.aggregate(total.average() if total else None, updates, ctx)
+            self._share_global_state()
         else:
             log.warning("no client update in %s round %d: the global state is unchanged", ctx.stage.name, ctx.round)
         finite = [v for v in losses if not math.isnan(v)]
         return {"stage": ctx.stage_index, "stage_round": ctx.round, "round": self.progress.done + 1,
                 "loss": sum(finite) / len(finite) if finite else math.nan, "clients": len(updates),
                 "failed": len(failed), "rejected": len(rejected), "seconds": time.perf_counter() - start,
-                "peak_memory_mb": peak_memory_mb(self.fabric.device)}
+                "peak_memory_mb": peak}
+
+    def _share_global_state(self) -> None:
+        """Rank 0's new global state (weights and server state) on every rank."""
+        if world_size(self.fabric) == 1:
+            return
+        shared = broadcast_object(self.fabric, {"model": self.method.state_dict(),
+                                                "server": self.method.server_state()}
+                                  if self.fabric.is_global_zero else None)
+        if not self.fabric.is_global_zero:
+            self.method.load_state_dict(shared["model"])
+            self.method.load_server_state(shared["server"])
 
     def train_client(self, client_id: int, ctx: RoundContext,
                      global_state: dict[str, Tensor]) -> tuple[ClientUpdate, dict[str, Tensor], float]:
@@ -156,7 +189,9 @@ class Orchestrator:
         return self.method.predict(self.data, self.client_states).cpu()
 
     def evaluate(self) -> dict[str, float]:
-        return cluster_metrics(self.predict(), self.data.labels.cpu())
+        """Scored once, on rank 0; every rank gets the metrics."""
+        metrics = cluster_metrics(self.predict(), self.data.labels.cpu()) if self.fabric.is_global_zero else None
+        return broadcast_object(self.fabric, metrics)
 
     # --- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

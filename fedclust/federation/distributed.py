@@ -1,0 +1,93 @@
+"""Spreading a round's clients over processes (Fabric DDP): who trains which client, and the collectives.
+
+Every rank holds the data, the global model and every client's state; rank r trains clients
+``alive[r::world]`` of a round. The round's FedAvg running sums are all-reduced (one flat float64 buffer),
+the small per-client payloads (local centroids, losses) are gathered, the server step (k-means, ...) and
+evaluation run once on rank 0 and their result is broadcast, and the states of the clients trained this
+round are shared so that any rank can take any client next round and rank 0 can checkpoint them all.
+
+No gradient is synchronised: ranks train different clients, so the model is never wrapped in DDP; Fabric
+gives the process group, the device and the launcher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from lightning.fabric import Fabric
+from torch import Tensor
+
+from fedclust.federation.aggregate import WeightedSum
+from fedclust.federation.client import to_cpu
+
+
+def world_size(fabric: Fabric) -> int:
+    return fabric.world_size if dist.is_available() and dist.is_initialized() else 1
+
+
+def my_clients(clients: list[int], fabric: Fabric) -> list[int]:
+    """This rank's share of the round's clients (round-robin, so the shares differ by at most one)."""
+    return clients[fabric.global_rank::world_size(fabric)]
+
+
+def gather_objects(fabric: Fabric, obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank (small objects: payloads, losses, states)."""
+    if world_size(fabric) == 1:
+        return [obj]
+    out: list[Any] = [None] * world_size(fabric)
+    dist.all_gather_object(out, to_cpu(obj))
+    return out
+
+
+def broadcast_object(fabric: Fabric, obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if world_size(fabric) == 1:
+        return obj
+    return fabric.broadcast(to_cpu(obj) if fabric.is_global_zero else None, src=0)
+
+
+def all_reduce_sum(fabric: Fabric, total: WeightedSum, template: dict[str, Tensor]) -> WeightedSum:
+    """The WeightedSum of all ranks' clients, on every rank.
+
+    ``template`` (the global state) fixes the key order, shapes and dtypes, so a rank whose clients sent
+    nothing for a key (or that trained no client) contributes zeros. Sums and per-key weights travel in one
+    flat float64 buffer: one collective per round."""
+    if world_size(fabric) == 1:
+        return total
+    keys = list(template)
+    flat = fabric.all_reduce(_flatten(total, template, fabric.device), reduce_op="sum")
+    out = WeightedSum()
+    offset = 0
+    key_weights = flat[-len(keys) - 1:-1].tolist()
+    for key, weight in zip(keys, key_weights):
+        n = template[key].numel()
+        if weight > 0:
+            out.sums[key] = flat[offset:offset + n].view(template[key].shape).clone()
+            out.totals[key] = weight
+            out.dtypes[key] = template[key].dtype
+        offset += n
+    out.count = int(flat[-1].item())
+    return out
+
+
+def _flatten(total: WeightedSum, template: dict[str, Tensor], device: torch.device) -> Tensor:
+    """[sum of key 1, sum of key 2, ..., weight of key 1, ..., weight of key n, client count], float64."""
+    keys = list(template)
+    parts = [total.sums[k].to(device).flatten() if k in total.sums
+             else torch.zeros(template[k].numel(), dtype=torch.float64, device=device) for k in keys]
+    weights = torch.tensor([total.totals.get(k, 0.0) for k in keys] + [float(total.count)],
+                           dtype=torch.float64, device=device)
+    return torch.cat([*parts, weights])
+
+
+def to_device(tree: Any, device: torch.device) -> Any:
+    """Tensors of a gathered (CPU) object back on the working device."""
+    if isinstance(tree, Tensor):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: to_device(v, device) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(to_device(v, device) for v in tree)
+    return tree
