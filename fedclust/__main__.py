@@ -2,6 +2,7 @@
 
     fedclust fit --config configs/quickstart.yaml [--federation.rounds 5 ...]
     fedclust fit --resume runs/RUN_DIR
+    fedclust sweep --config configs/kfed_fmnist.yaml --grid data.p=0,0.5,1 --grid seed=1,2 --slots 2
     fedclust evaluate --run runs/RUN_DIR [--split test]
 """
 
@@ -17,6 +18,7 @@ import fedclust.methods  # noqa: F401  (registers the method classes so configs 
 from fedclust.errors import FedclustError
 from fedclust.evaluate import evaluate
 from fedclust.fit import fit
+from fedclust.sweep import sweep
 
 
 def fit_parser() -> ArgumentParser:
@@ -32,11 +34,23 @@ def evaluate_parser() -> ArgumentParser:
     return parser
 
 
+def sweep_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=sweep.__doc__.split("\n")[0], default_meta=False)
+    parser.add_function_arguments(sweep, fail_untyped=True, skip={"grid", "devices"})
+    # added by hand for the shell's way of repeating a flag (--grid a=1,2 --grid b=3) and listing ids
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="An axis of the grid; repeat for more axes (config=a.yaml,b.yaml sweeps configs).")
+    parser.add_argument("--devices", type=int, nargs="+", default=None, metavar="GPU",
+                        help="GPU ids, one run per GPU at a time (default: --slots CPU runs).")
+    return parser
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="fedclust", description="Federated clustering research framework.")
     subcommands = parser.add_subcommands()
     subcommands.add_subcommand("fit", fit_parser(), help="Run one federated clustering experiment.")
     subcommands.add_subcommand("evaluate", evaluate_parser(), help="Re-score a saved run.")
+    subcommands.add_subcommand("sweep", sweep_parser(), help="Run a grid of configs over device slots.")
     return parser
 
 
@@ -73,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             text = sub.dump(cfg.fit, skip_none=False)
             init = sub.instantiate_classes(cfg.fit)
             fit(**init, config_text=text)
+        elif command == "sweep":
+            runs = sweep(**cfg.sweep)
+            failed = [r["name"] for r in runs if r["status"] == "failed"]
+            if failed:
+                print(f"fedclust: {len(failed)} sweep run(s) failed: {', '.join(failed)} (logs in the sweep "
+                      "folder's logs/; run the same command again to retry them)", file=sys.stderr)
+                return 1
         else:
             evaluate(**cfg.evaluate)
     except FedclustError as error:

@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from fedclust.__main__ import main
+from fedclust.errors import ConfigError
+from fedclust.sweep import expand, parse_grid, sweep
+
+KFED = "configs/kfed_fmnist.yaml"
+DIGITS = ["data.name=digits", "data.num_clients=2", "data.partition=iid"]
+
+
+def test_grid_axes_are_yaml_values_and_names_show_what_varies():
+    axes = parse_grid(["data.p=0,0.5", "seed=1,2", "federation.disconnect_rate=0.2", "config=a.yaml,b.yaml"])
+    assert axes["data.p"] == [0, 0.5] and axes["seed"] == [1, 2]
+    points = expand("base.yaml", axes)
+    assert len(points) == 8
+    assert points[0].name == "p=0_seed=1_config=a" and points[0].config == "a.yaml"
+    assert points[0].overrides == {"data.p": 0, "seed": 1, "federation.disconnect_rate": 0.2}
+    assert points[0].argv() == ["--data.p", "0", "--seed", "1", "--federation.disconnect_rate", "0.2"]
+
+
+@pytest.mark.parametrize("entry", ["data.p", "=1,2", "seed="])
+def test_bad_grid_entry_is_one_sentence(entry):
+    with pytest.raises(ConfigError, match="KEY=V1,V2"):
+        parse_grid([entry])
+
+
+def test_unknown_override_stops_the_sweep_before_anything_runs(tmp_path, capsys):
+    assert main(["sweep", "--config", KFED, "--grid", "data.pp=0,1", "--sweep_dir", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "grid" in err and "data.pp" in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_sweep_runs_skips_resumes_and_keeps_incomplete_folders(tmp_path):
+    root = tmp_path / "sweep"
+    grid = [*DIGITS, "seed=1,2"]
+    runs = sweep(KFED, grid, str(root), slots=2)
+    assert [r["status"] for r in runs] == ["done", "done"]
+    ledger = json.loads((root / "sweep.json").read_text())
+    assert {r["name"] for r in ledger} == {"seed=1", "seed=2"}
+    assert all(0 <= r["metrics"]["nmi"] <= 1 for r in ledger)
+    nmi = {r["name"]: r["metrics"]["nmi"] for r in runs}
+
+    # interrupted: seed=1 lost its final.json after its checkpoint; seed=2 died before any checkpoint
+    (root / "seed=1" / "final.json").unlink()
+    for item in (root / "seed=2").rglob("*"):
+        if item.is_file() and item.name != "config.yaml":
+            item.unlink()
+    again = sweep(KFED, grid, str(root), slots=1)
+    assert [r["status"] for r in again] == ["done", "done"]
+    # resumed from its checkpoint in place: same folder, its metrics rows kept and not repeated
+    assert not (root / "seed=1.incomplete-1").exists()
+    assert len((root / "seed=1" / "metrics.csv").read_text().splitlines()) == 2
+    assert (root / "seed=2.incomplete-1" / "config.yaml").exists()  # moved aside, not deleted
+    assert {r["name"]: r["metrics"]["nmi"] for r in again} == pytest.approx(nmi)
+
+    done = sweep(KFED, grid, str(root), slots=1, dry_run=True)  # everything finished: nothing runs
+    assert [r["status"] for r in done] == ["done", "done"] and all(r["seconds"] is None for r in done)
