@@ -3,7 +3,7 @@
     fedclust fit --config configs/quickstart.yaml [--federation.rounds 5 ...]
     fedclust fit --resume runs/RUN_DIR
     fedclust sweep --config configs/kfed_fmnist.yaml --grid data.p=0,0.5,1 --grid seed=1,2 --slots 2
-    fedclust evaluate --run runs/RUN_DIR [--split test]
+    fedclust evaluate --run runs/RUN_DIR [--split test] [--knn 3 5 7 9 100 1000 7000] [--linear true]
 """
 
 from __future__ import annotations
@@ -30,7 +30,11 @@ def fit_parser() -> ArgumentParser:
 
 def evaluate_parser() -> ArgumentParser:
     parser = ArgumentParser(description=evaluate.__doc__.split("\n")[0], default_meta=False)
-    parser.add_function_arguments(evaluate, fail_untyped=True)
+    parser.add_function_arguments(evaluate, fail_untyped=True, skip={"knn"})
+    # added by hand so that k values are listed the argparse way (--knn 3 5 7), not as a JSON list
+    parser.add_argument("--knn", type=int, nargs="+", default=None, metavar="K",
+                        help="Also report majority-vote kNN test accuracy on the representations for each k "
+                             "(CCFC Table 3: 3 5 7 9 100 1000 7000); saved in RUN/evaluate_probes.json.")
     return parser
 
 

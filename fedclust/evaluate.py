@@ -1,4 +1,5 @@
-"""`fedclust evaluate`: re-score a saved run, or assign clusters to another split with the saved model."""
+"""`fedclust evaluate`: re-score a saved run, or assign clusters to another split with the saved model; optionally
+probe its representations (kNN accuracy, CCFC Table 3; linear evaluation, FedMCC Tables III-IV)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from fedclust.data.datasets import load_dataset
 from fedclust.errors import ConfigError
 from fedclust.fit import CHECKPOINT, setup_method, write_assignments
 from fedclust.methods.base import FederatedMethod
+from fedclust.probes import ProbeData, knn_accuracy, linear_probe, probe_data
+from fedclust.probes.knn import check_ks
 
 
 class SavedRun(NamedTuple):
@@ -47,7 +50,8 @@ def load_run(folder: Path, device: torch.device) -> SavedRun:
 
 
 def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", data_name: str | None = None,
-             data_root: str | None = None, output: str | None = None) -> dict[str, float]:
+             data_root: str | None = None, output: str | None = None, knn: list[int] | None = None,
+             linear: bool = False) -> dict[str, float]:
     """Score the saved global model of a run folder.
 
     Args:
@@ -58,10 +62,23 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         data_name: Assign another data set of the same shape (default: the run's).
         data_root: Folder of that data set.
         output: CSV of assignments to write (default RUN/assignments_<split>.csv).
+        knn: Also report the test accuracy of a majority-vote kNN classifier fitted on the train split's
+            representations, for each k given (CCFC Table 3 uses 3 5 7 9 100 1000 7000); saved with the
+            linear probe in RUN/evaluate_probes.json. Probes use the run's own data set (not data_name), its
+            train part to fit and its test part to score; sets without a test part are split 80/20 (seeded).
+        linear: Also report linear evaluation: a linear classifier trained on the frozen train
+            representations (FedU/FedEMA's protocol, which FedMCC reports: Adam 3e-3, 200 epochs), test accuracy.
     """
+    if knn is not None:
+        check_ks(knn)  # before loading anything; k larger than the train split is checked once it is known
     folder = Path(run)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    method, data_cfg, _, state, base = load_run(folder, device)
+    method, data_cfg, seed, state, base = load_run(folder, device)
+    probes = None
+    if knn or linear:  # representations first, so that a k beyond the train split fails before anything is written
+        probes = probe_data(method, data_cfg, seed, device, base.dataset)
+        if knn:
+            check_ks(knn, len(probes.train_y))
     if split == "same" and data_name is None:
         data, clusters = base, method.predict(base, state["clients"]).cpu()
     else:
@@ -83,4 +100,29 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         table.add_column(key.upper() if key != "kappa" else "Kappa", justify="right")
     table.add_row(*(f"{v:.4f}" for v in metrics.values()))
     Console().print(table)
+    if probes is not None:
+        probe_run(folder, probes, data_cfg.name, seed, knn or [], linear)
     return metrics
+
+
+def probe_run(folder: Path, data: ProbeData, data_name: str, seed: int, knn: list[int], linear: bool) -> dict:
+    """kNN and/or linear-probe test accuracy of a run's representations; written to RUN/evaluate_probes.json."""
+    result: dict = {"data": data_name, "split": data.split, "train_samples": len(data.train_y),
+                    "test_samples": len(data.test_y), "feature_dim": data.train_x.shape[1], "seed": seed}
+    if knn:
+        accuracy = knn_accuracy(data.train_x, data.train_y, data.test_x, data.test_y, knn)
+        result["knn"] = {str(k): accuracy[k] for k in knn}
+        result["knn_rule"] = "majority vote, Euclidean distance on method.embed, ties to the smallest label"
+    if linear:
+        result["linear"] = linear_probe(data.train_x, data.train_y, data.test_x, data.test_y, data.num_classes,
+                                        seed=seed).as_dict()
+    (folder / "evaluate_probes.json").write_text(json.dumps(result, indent=2))
+    table = Table(title=f"{folder.name}: probes, fit on train, scored on test", caption=data.split)
+    table.add_column("probe")
+    table.add_column("test accuracy", justify="right")
+    for k, acc in result.get("knn", {}).items():
+        table.add_row(f"kNN k = {k}", f"{acc:.4f}")
+    if linear:
+        table.add_row("linear", f"{result['linear']['test_accuracy']:.4f}")
+    Console().print(table)
+    return result
