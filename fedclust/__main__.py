@@ -2,6 +2,7 @@
 
     fedclust fit --config configs/quickstart.yaml [--federation.rounds 5 ...]
     fedclust fit --resume runs/RUN_DIR
+    fedclust compare runs/RUN_A runs/RUN_B ... [--output compare.html]
     fedclust sweep --config configs/kfed_fmnist.yaml --grid data.p=0,0.5,1 --grid seed=1,2 --slots 2
     fedclust evaluate --run runs/RUN_DIR [--split test] [--knn 3 5 7 9 100 1000 7000] [--linear true]
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 import fedclust.methods  # noqa: F401  (registers the method classes so configs can name them briefly)
+from fedclust.compare import compare
 from fedclust.errors import FedclustError
 from fedclust.evaluate import evaluate
 from fedclust.fit import fit
@@ -49,12 +51,20 @@ def sweep_parser() -> ArgumentParser:
     return parser
 
 
+def compare_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=compare.__doc__.split("\n")[0], default_meta=False)
+    parser.add_function_arguments(compare, fail_untyped=True, skip={"runs"})
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="Run folders written by `fedclust fit`.")
+    return parser
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="fedclust", description="Federated clustering research framework.")
     subcommands = parser.add_subcommands()
     subcommands.add_subcommand("fit", fit_parser(), help="Run one federated clustering experiment.")
     subcommands.add_subcommand("evaluate", evaluate_parser(), help="Re-score a saved run.")
     subcommands.add_subcommand("sweep", sweep_parser(), help="Run a grid of configs over device slots.")
+    subcommands.add_subcommand("compare", compare_parser(), help="One HTML page comparing run folders.")
     return parser
 
 
@@ -98,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"fedclust: {len(failed)} sweep run(s) failed: {', '.join(failed)} (logs in the sweep "
                       "folder's logs/; run the same command again to retry them)", file=sys.stderr)
                 return 1
+        elif command == "compare":
+            compare(**cfg.compare)
         else:
             evaluate(**cfg.evaluate)
     except FedclustError as error:

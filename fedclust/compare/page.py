@@ -1,0 +1,81 @@
+"""`fedclust compare RUN_DIR...`: one self-contained HTML page comparing runs (plotly.js inlined once, no
+network needed to open it)."""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from pathlib import Path
+
+import plotly.io as pio
+
+from fedclust.compare import figures
+from fedclust.compare.runs import METRICS, RunRecord, load_runs
+from fedclust.errors import ConfigError
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}
+td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}h2{margin-top:32px}"""
+
+
+def compare(runs: list[str], output: str = "compare.html", title: str = "fedclust runs") -> str:
+    """Write one HTML page comparing run folders.
+
+    Args:
+        runs: Run folders written by `fedclust fit` (finished or still running).
+        output: The HTML file to write.
+        title: The page's title.
+    """
+    records = sorted(load_runs(runs), key=lambda r: (r.method, r.data, r.heterogeneity or ("", 0), r.seed))
+    out = Path(output)
+    if out.is_dir():
+        raise ConfigError("output", output, "a file path for the HTML page, not a folder")
+    sections = [f"<h1>{html.escape(title)}</h1><p>{len(records)} runs, written {time.strftime('%Y-%m-%d %H:%M')}"
+                "</p>", "<h2>Final metrics</h2>", final_table(records)]
+    plots = []
+    for fig in (figures.heterogeneity(records), figures.failures(records)):
+        if fig is not None:
+            plots.append(fig)
+    if plots:
+        sections += ["<h2>Against heterogeneity and failures</h2>", _grid(plots)]
+    sections += ["<h2>Curves</h2>", _grid([figures.curves(records, m) for m in ("nmi", "acc", "ari", "loss")])]
+    heatmaps = [f for f in (figures.partition_heatmap(r) for r in records) if f is not None]
+    if heatmaps:
+        sections += ["<h2>Partitions</h2>", _grid(heatmaps)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_page(title, "\n".join(sections)))
+    print(f"wrote {out} ({len(records)} runs)")
+    return str(out)
+
+
+def _grid(figs) -> str:
+    return '<div class="grid">' + "".join(_figure_html(f) for f in figs) + "</div>"
+
+
+def _figure_html(fig) -> str:
+    # plotly.js goes inline once (in the page head), every figure refers to it
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False, config={"displaylogo": False})
+
+
+def _page(title: str, body: str) -> str:
+    from plotly.offline import get_plotlyjs
+
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<script type='text/javascript'>{get_plotlyjs()}</script><style>{STYLE}</style></head>"
+            f"<body>{body}</body></html>")
+
+
+def final_table(records: list[RunRecord]) -> str:
+    head = ["run", "method", "data", "partition", "p / alpha", "failures", "seed", "rounds",
+            *(m.upper() for m in METRICS), "s / round"]
+    rows = []
+    for r in records:
+        het = f"{r.heterogeneity[0]} = {r.heterogeneity[1]:g}" if r.heterogeneity else ""
+        cells = [r.name, r.method, r.data, r.partition, het, f"{r.disconnect_rate:g}", str(r.seed),
+                 str(len(r.history)), *(f"{r.final[m]:.4f}" if m in r.final else "" for m in METRICS),
+                 "" if math.isnan(r.seconds_per_round) else f"{r.seconds_per_round:.1f}"]
+        rows.append("<tr>" + "".join(f'<td class="{"l" if i < 4 else ""}">{html.escape(c)}</td>'
+                                     for i, c in enumerate(cells)) + "</tr>")
+    header = "<tr>" + "".join(f'<th class="{"l" if i < 4 else ""}">{h}</th>' for i, h in enumerate(head)) + "</tr>"
+    return f"<table>{header}{''.join(rows)}</table>"
