@@ -22,6 +22,7 @@ from rich.console import Console
 
 from fedclust.callbacks.checkpoint import Checkpoint, load_checkpoint
 from fedclust.callbacks.csv_metrics import CSVMetrics
+from fedclust.callbacks.embedding_plot import EmbeddingPlot
 from fedclust.callbacks.loggers import FabricLogging, build_logger
 from fedclust.callbacks.progress import ProgressCallback
 from fedclust.data.config import DataConfig, build_federated_data
@@ -63,7 +64,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         fabric: FabricConfig = FabricConfig(), seed: int = 0,  # noqa: B008
         logger: Literal["csv", "wandb", "tensorboard"] = "csv", project: str = "fedclust",
         group: str | None = None, name: str | None = None, runs_dir: str = "runs", run_dir: str | None = None,
-        resume: str | None = None, progress: bool = True, config_text: str | None = None) -> dict[str, float]:
+        resume: str | None = None, progress: bool = True, embedding_plot: bool = False, embedding_points: int = 2000,
+        config_text: str | None = None) -> dict[str, float]:
     """Run one federated clustering experiment.
 
     Args:
@@ -80,9 +82,14 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         run_dir: Exact run folder (default runs_dir/<name or method_data>_<time>).
         resume: A run folder to continue from its last checkpoint.
         progress: Show the progress bar and the per-round lines.
+        embedding_plot: At the end, save a t-SNE of the representations coloured by cluster and by client
+            with per-client Calinski-Harabasz scores (embedding.png / embedding.json; logged to W&B).
+        embedding_points: Samples drawn for the t-SNE picture (the CH scores use every sample).
         config_text: The resolved config to save (set by the command line).
     """
     federation.validate()
+    if embedding_points < 10:
+        raise ConfigError("embedding_points", embedding_points, "at least 10 samples for the t-SNE picture")
     leader = _is_leader()
     if leader:
         folder = _run_folder(method, data, name, runs_dir, resume or run_dir, resuming=resume is not None)
@@ -115,6 +122,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     if leader:  # only rank 0 logs and writes
         orch.callbacks = [CSVMetrics(folder / "metrics.csv"),
                           Checkpoint(folder / CHECKPOINT, federation.checkpoint_every), ProgressCallback(console)]
+        if embedding_plot:
+            orch.callbacks.append(EmbeddingPlot(folder, embedding_points, seed))
         if extra:
             orch.callbacks.append(FabricLogging())
     with run_log(folder / "run.log") if leader else contextlib.nullcontext():
