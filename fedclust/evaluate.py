@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedclust.callbacks.checkpoint import load_checkpoint
-from fedclust.clustering.metrics import cluster_metrics
+from fedclust.clustering.metrics import grouped_cluster_metrics
 from fedclust.data.client_data import FederatedData
 from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.datasets import load_dataset
@@ -92,7 +92,8 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         method.eval()
         with torch.no_grad():
             clusters = torch.cat([method.assign(x).cpu() for x in data.iter_all()])
-    metrics = cluster_metrics(clusters, data.labels.cpu())
+    groups = method.metric_groups(data) if data is base else None  # scored as in the run
+    metrics = grouped_cluster_metrics(clusters, data.labels.cpu(), groups)
     write_assignments(Path(output) if output else folder / f"assignments_{split}.csv", clusters, data)
     (folder / f"evaluate_{split}.json").write_text(json.dumps(metrics, indent=2))
     table = Table(title=f"{folder.name}: {split} ({len(clusters)} samples)")

@@ -140,3 +140,16 @@ def cluster_metrics(pred: Tensor, target: Tensor) -> dict[str, float]:
         "kappa": kappa(pred, target),
         "purity": purity(pred, target),
     }
+
+
+def grouped_cluster_metrics(pred: Tensor, target: Tensor, groups: Tensor | None) -> dict[str, float]:
+    """cluster_metrics of the whole labelling (groups None), or the mean over groups of each group's
+    metrics (group id per sample; -1 marks samples that are not scored)."""
+    if groups is None:
+        return cluster_metrics(pred, target)
+    groups = groups.cpu()
+    per_group = [cluster_metrics(pred[groups == g], target[groups == g])
+                 for g in torch.unique(groups).tolist() if g >= 0]
+    if not per_group:
+        raise ValueError("metric_groups marked every sample -1: nothing to score")
+    return {k: sum(m[k] for m in per_group) / len(per_group) for k in per_group[0]}

@@ -15,7 +15,7 @@ import torch
 from lightning.fabric import Fabric
 from torch import Tensor
 
-from fedclust.clustering.metrics import cluster_metrics
+from fedclust.clustering.metrics import grouped_cluster_metrics
 from fedclust.data.client_data import FederatedData
 from fedclust.federation.aggregate import WeightedSum, is_finite
 from fedclust.federation.client import as_optimizer_list, local_fit, reset_optimizer, to_cpu
@@ -190,7 +190,8 @@ class Orchestrator:
 
     def evaluate(self) -> dict[str, float]:
         """Scored once, on rank 0; every rank gets the metrics."""
-        metrics = cluster_metrics(self.predict(), self.data.labels.cpu()) if self.fabric.is_global_zero else None
+        metrics = (grouped_cluster_metrics(self.predict(), self.data.labels.cpu(), self.method.metric_groups(self.data))
+                   if self.fabric.is_global_zero else None)
         return broadcast_object(self.fabric, metrics)
 
     # --- checkpoints -----------------------------------------------------------------------------------

@@ -2,15 +2,19 @@
 name alone (`method: {class_path: CCFC}`)."""
 
 from fedclust.methods.base import FederatedMethod, Stage
+from fedclust.methods.cc import CC
 from fedclust.methods.ccfc import CCFC
 from fedclust.methods.clustergan_fedavg import ClusterGANFedAvg
 from fedclust.methods.fcm import FCM
+from fedclust.methods.fedcc import FedCC
+from fedclust.methods.fedpnp import FedPNP
 from fedclust.methods.ffcm import FFCM
 from fedclust.methods.kfed import KFED
 from fedclust.methods.kmeans import KMeans
 from fedclust.methods.ppfc_gan import PPFCGAN
 from fedclust.methods.sdafc import SDAFC
+from fedclust.methods.single_simclr import SingleSimCLR
 from fedclust.methods.uifca import UIFCA
 
 __all__ = ["FederatedMethod", "Stage", "CCFC", "KFED", "KMeans", "FCM", "FFCM", "ClusterGANFedAvg", "UIFCA",
-           "SDAFC", "PPFCGAN"]
+           "SDAFC", "PPFCGAN", "FedCC", "FedPNP", "SingleSimCLR", "CC"]

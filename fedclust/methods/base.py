@@ -182,6 +182,12 @@ class FederatedMethod(L.LightningModule):
         """Representations of a batch under the global model (default: the flattened input)."""
         return x.flatten(1)
 
+    def metric_groups(self, data: FederatedData) -> Tensor | None:
+        """None (default): the metrics score one labelling of every sample. A group id per sample (-1: not
+        scored) makes them the mean over groups of each group's metrics (FedPNP's Single-Training reports
+        the mean over clients of each client's own clustering)."""
+        return None
+
     @torch.no_grad()
     def predict(self, data: FederatedData, client_states: dict[int, dict[str, Any]]) -> Tensor:
         """Cluster ids of every sample of `data`. The default labels each sample with `assign`;

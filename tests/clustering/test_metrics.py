@@ -141,3 +141,17 @@ def test_ari_is_exact_on_a_large_unbalanced_clustering():
     target = torch.randint(10, (70000,), generator=g)
     pred = torch.where(torch.rand(70000, generator=g) < 0.97, 0, target)
     assert ari(pred, target) == pytest.approx(skm.adjusted_rand_score(target.numpy(), pred.numpy()), abs=1e-9)
+
+
+def test_grouped_metrics_average_each_groups_metrics_and_skip_unscored():
+    from fedclust.clustering.metrics import cluster_metrics, grouped_cluster_metrics
+
+    pred = torch.tensor([0, 0, 1, 1, 5, 5, 6, 7, 9])
+    target = torch.tensor([1, 1, 0, 0, 2, 2, 2, 3, 4])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, -1])
+    a = cluster_metrics(pred[:4], target[:4])
+    b = cluster_metrics(pred[4:8], target[4:8])
+    out = grouped_cluster_metrics(pred, target, groups)
+    assert out == pytest.approx({k: (a[k] + b[k]) / 2 for k in a})
+    assert a["acc"] == 1.0 and b["acc"] == 0.75  # hand-checked: group 1 maps 5->2, 7->3, 6 wrong
+    assert grouped_cluster_metrics(pred, target, None) == cluster_metrics(pred, target)
