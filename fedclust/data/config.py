@@ -36,6 +36,9 @@ class DataConfig:
         alpha: dirichlet: concentration; small is more heterogeneous.
         min_partition_size: dirichlet: resample until every client has at least this many samples.
         num_classes_per_partition: pathological: classes held by each client.
+        class_assignment_mode: pathological: which classes a client holds: first-deterministic,
+            deterministic, random (flwr-datasets), or disjoint (client i holds all samples of classes
+            [i*k, (i+1)*k): FedMCC's non-IID split; needs num_clients * k = number of classes).
         normalize: "none", or "l2" to scale every sample to unit norm (cosine geometry of the
             classic baselines' reported numbers, REFERENCE.md).
         placement: "auto" keeps the samples on the compute device when they fit, "device" forces it,
@@ -55,6 +58,8 @@ class DataConfig:
     alpha: float = 0.5
     min_partition_size: int = 10
     num_classes_per_partition: int = 2
+    class_assignment_mode: Literal["first-deterministic", "deterministic", "random", "disjoint"] = \
+        "first-deterministic"
     normalize: Literal["none", "l2"] = "none"
     placement: Literal["auto", "device", "host"] = "auto"
     num_workers: int = 0
@@ -69,7 +74,7 @@ class DataConfig:
         if self.partition == "dirichlet":
             return DirichletPartitioner(self.alpha, self.min_partition_size)
         if self.partition == "pathological":
-            return PathologicalPartitioner(self.num_classes_per_partition)
+            return PathologicalPartitioner(self.num_classes_per_partition, self.class_assignment_mode)
         raise ConfigError("data.partition", self.partition, "one of pshift, iid, dirichlet, pathological")
 
 

@@ -113,10 +113,12 @@ class PathologicalPartitioner(Partitioner):
     Modes (flwr-datasets): "deterministic": client i holds classes i, i+1, ... (mod C);
     "first-deterministic": client i holds class i mod C plus random others (the original paper's
     setting); "random": distinct random classes. A class no client holds is left out (with a warning),
-    so then not every sample is in a client.
+    so then not every sample is in a client. "disjoint" (FedMCC's non-IID split, Section IV-A: "each
+    client has all the samples of C/K classes and no other sample"): client i holds all samples of the
+    classes [i*k, (i+1)*k) of the sorted class list; it needs num_clients * k == number of classes.
     """
 
-    MODES = ("first-deterministic", "deterministic", "random")
+    MODES = ("first-deterministic", "deterministic", "random", "disjoint")
 
     def __init__(self, num_classes_per_partition: int, class_assignment_mode: str = "first-deterministic"):
         if num_classes_per_partition < 1:
@@ -132,9 +134,18 @@ class PathologicalPartitioner(Partitioner):
         if self.k > num_classes:
             valid = f"at most the number of classes ({num_classes})"
             raise ConfigError("data.num_classes_per_partition", self.k, valid)
+        if self.mode == "disjoint" and num_partitions * self.k != num_classes:
+            valid = f"num_clients ({num_partitions}) x num_classes_per_partition = the number of classes " \
+                    f"({num_classes}) for the disjoint mode"
+            raise ConfigError("data.num_classes_per_partition", self.k, valid)
 
     def _assign(self, classes: np.ndarray, m: int, rng: np.random.Generator) -> list[list[int]]:
         c = len(classes)
+        if self.mode == "disjoint":
+            if m * self.k != c:  # a class absent from the labels (validate counted max label + 1)
+                valid = f"num_clients ({m}) x num_classes_per_partition = the classes present ({c}) (disjoint)"
+                raise ConfigError("data.num_classes_per_partition", self.k, valid)
+            return [classes[i * self.k:(i + 1) * self.k].tolist() for i in range(m)]
         if self.mode == "deterministic":
             return [[int(classes[(i + j) % c]) for j in range(self.k)] for i in range(m)]
         if self.mode == "random":

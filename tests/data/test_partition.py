@@ -200,3 +200,23 @@ def test_pathological_leaves_out_classes_no_client_holds():
         parts = PathologicalPartitioner(1, "deterministic")(labels, 2, seed=0)
 
     assert parts[0].tolist() == list(range(0, 50, 5)) and parts[1].tolist() == list(range(1, 50, 5))
+
+
+def test_pathological_disjoint_gives_each_client_all_of_its_classes():
+    labels = torch.arange(60) % 6  # FedMCC's non-IID split: 3 clients x 2 classes = 6 classes
+
+    parts = PathologicalPartitioner(2, "disjoint")(labels, 3, seed=0)
+
+    held = [sorted(set(labels[p].tolist())) for p in parts]
+    assert held == [[0, 1], [2, 3], [4, 5]]
+    assert all(len(p) == 20 for p in parts)  # every sample of the held classes, none of the others
+    assert_disjoint_cover(parts, 60)
+    with pytest.raises(ConfigError, match="data.num_classes_per_partition"):
+        PathologicalPartitioner(2, "disjoint").validate(2, 6)  # 2 x 2 != 6
+
+
+def test_data_config_passes_the_class_assignment_mode():
+    from fedclust.data.config import DataConfig
+
+    partitioner = DataConfig(partition="pathological", class_assignment_mode="disjoint").partitioner()
+    assert partitioner.mode == "disjoint"
