@@ -6,15 +6,20 @@ from fedclust.methods.cc import CC
 from fedclust.methods.ccfc import CCFC
 from fedclust.methods.clustergan_fedavg import ClusterGANFedAvg
 from fedclust.methods.fcm import FCM
+from fedclust.methods.fedbyolcc import FedBYOLCC
 from fedclust.methods.fedcc import FedCC
+from fedclust.methods.fedmcc import FedMCC
 from fedclust.methods.fedpnp import FedPNP
+from fedclust.methods.fedu import FedU, FedUKMeans, FedUMCC
 from fedclust.methods.ffcm import FFCM
 from fedclust.methods.kfed import KFED
 from fedclust.methods.kmeans import KMeans
+from fedclust.methods.mcc import MCC
 from fedclust.methods.ppfc_gan import PPFCGAN
 from fedclust.methods.sdafc import SDAFC
 from fedclust.methods.single_simclr import SingleSimCLR
 from fedclust.methods.uifca import UIFCA
 
 __all__ = ["FederatedMethod", "Stage", "CCFC", "KFED", "KMeans", "FCM", "FFCM", "ClusterGANFedAvg", "UIFCA",
-           "SDAFC", "PPFCGAN", "FedCC", "FedPNP", "SingleSimCLR", "CC"]
+           "SDAFC", "PPFCGAN", "FedCC", "FedPNP", "SingleSimCLR", "CC",
+           "FedMCC", "MCC", "FedU", "FedUKMeans", "FedUMCC", "FedBYOLCC"]

@@ -3,11 +3,15 @@
 import pytest
 
 from fedclust.data.config import DataConfig
-from fedclust.methods import FCM, FFCM, KFED, KMeans
+from fedclust.methods import FCM, FFCM, KFED, FedPNP, KMeans
 from tests.conftest import tiny_ccfc
 from tests.methods.test_clustergan_fedavg import tiny_clustergan, tiny_mnist28
+from tests.methods.test_fedbyolcc import tiny_fedbyolcc
+from tests.methods.test_fedcc import tiny as tiny_cc_family
+from tests.methods.test_fedmcc import tiny_fedmcc
 from tests.methods.test_ppfc_gan import tiny_ppfc
 from tests.methods.test_sdafc import tiny_sdafc
+from tests.methods.test_single_simclr import tiny_single
 from tests.methods.test_uifca import tiny_uifca
 
 
@@ -20,6 +24,11 @@ from tests.methods.test_uifca import tiny_uifca
     (tiny_ppfc, None),
     (lambda: FCM(max_iter=20), DataConfig(name="digits", num_clients=1, partition="iid")),
     (lambda: FFCM(max_rounds=2), None),
+    (tiny_cc_family, None),  # FedCC
+    (lambda: tiny_cc_family(FedPNP), None),
+    (tiny_single, None),
+    (tiny_fedmcc, None),
+    (tiny_fedbyolcc, None),
     (lambda: tiny_uifca(flow="affine"), DataConfig(name="gaussian", num_clients=2, partition="iid",
                                                    options={"num_clusters": 2, "points_per_cluster": 100})),
 ])

@@ -1,0 +1,309 @@
+"""FedU (Zhuang et al. 2021, "Collaborative unsupervised visual representation learning from decentralized
+data") and the two clustering baselines FedMCC builds on it (papers/fedmcc-momentum-contrastive-clustering.md,
+Section IV-B: "FedU + K-means" and "FedU + MCC", Tables I-II).
+
+FedU, as the EasyFL code behind FedMCC's baselines (REFERENCE.md "FedU / FedEMA"): BYOL on every client —
+online encoder f + projector g + predictor q, target f^T + g^T by EMA (m = 0.99), symmetric normalized
+regression loss (fedclust/losses/byol.py); the server averages the online encoder, projector and
+predictor; the target stays on the client (not communicated). Divergence-aware predictor update (DAPU):
+at the start of a round a client compares its own online encoder from its last round with the new global
+one; it takes the global predictor only when that divergence is below `divergence_threshold` (0.4),
+otherwise it keeps its own predictor from its last round. The divergence is EasyFL's: the mean over the
+encoder's convolution weights (Linear weights for a conv-free backbone) of ||w_local - w_global||_2.
+A client in its first round has no own model yet and takes the global predictor.
+Paper setup (REFERENCE.md): CIFAR ResNet-18, projector and predictor 512 -> 4096 -> 2048 (Linear + BN +
+ReLU + Linear), batch 128, 5 local epochs, 100 rounds, SGD lr 0.032, momentum 0.9, weight decay 5e-4,
+cosine decay over the rounds (the learning rate of round r is lr * (1 + cos(pi r / R)) / 2).
+`divergence_threshold: null` always takes the global predictor (plain FedAvg BYOL, FedBYOLCC's base).
+
+FedUKMeans: after FedU, K-means (FAISS, Lloyd) on the global encoder's representations f*(x) of every
+sample, a point's cluster = its nearest centroid. The paper does not federate this K-means (its baseline
+"clusters the resulting representations"); it runs here on the server at scoring time, like the
+evaluation, once per global encoder (seeded by the seed and the round), so the scores and
+assignments.csv see one clustering.
+
+FedUMCC: after FedU, FedMCC's clustering stage (Algorithm 2, eq. 9, `MomentumClusterStage`): the encoders
+frozen, the cluster projector g_C trained with its EMA target on the frozen client target encoder f^T,
+g_C alone averaged; 10 rounds. The cluster stage keeps FedU's optimiser, its cosine schedule restarted
+over the cluster rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from fedclust.clustering.kmeans import assign_nearest, kmeans
+from fedclust.data.views import two_views
+from fedclust.errors import ConfigError
+from fedclust.losses.byol import byol_loss
+from fedclust.methods.base import ClientContext, DataInfo, FederatedMethod, RoundContext, Stage
+from fedclust.methods.fedcc import batch_inputs
+from fedclust.methods.fedmcc import (
+    TARGET,
+    MomentumClusterStage,
+    check_common,
+    ema_update,
+    frozen_copy,
+    make_views,
+)
+from fedclust.nn.backbones import build_backbone
+from fedclust.seeding import int_seed
+
+
+def byol_mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    """BYOL's projector / predictor: Linear + BN + ReLU + Linear."""
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
+                         nn.Linear(hidden, out_dim))
+
+
+def divergence_weights(encoder: nn.Module) -> list[str]:
+    """State-dict names of the weights DAPU compares: convolution weights (EasyFL), else Linear weights."""
+    convs = [n for n, m in encoder.named_modules() if isinstance(m, nn.Conv2d)]
+    names = convs or [n for n, m in encoder.named_modules() if isinstance(m, nn.Linear)]
+    return [f"{n}.weight" for n in names]
+
+
+def divergence(local: dict[str, Tensor], global_: dict[str, Tensor]) -> float:
+    """Mean over the given weight tensors of the L2 norm of their difference."""
+    dists = [torch.linalg.vector_norm(local[k].float().cpu() - global_[k].float().cpu()) for k in local]
+    return float(torch.stack(dists).mean())
+
+
+class FedU(FederatedMethod):
+    """FedU: BYOL + FedAvg of the online networks + the divergence-aware predictor update.
+
+    Args:
+        num_clusters: K (used by the clustering subclasses); None takes the number of classes.
+        backbone: resnet18_cifar (the FedU code), resnet18 / resnet50, convnet28, mlp.
+        resize: Resize inputs to this side first (None keeps the size).
+        rounds: Communication rounds (100).
+        local_epochs: Local epochs per round (5).
+        batch_size: Local mini-batch size (128).
+        projector_hidden / projection_dim / predictor_hidden: BYOL MLP widths (4096 / 2048 / 4096).
+        optimizer: sgd (FedU's code) or adam.
+        lr: Initial learning rate (0.032 with SGD).
+        sgd_momentum: SGD momentum (0.9).
+        weight_decay: Weight decay (5e-4).
+        cosine_decay: Decay the learning rate over the rounds of each stage by a half cosine.
+        ema_decay: Target EMA m (0.99).
+        divergence_threshold: DAPU threshold mu (0.4); null: always the global predictor.
+        augment: color (SimCLR views) or simsiam28.
+        crop_scale: Area range of the random resized crop.
+    """
+
+    def __init__(self, num_clusters: int | None = None, backbone: str = "resnet18_cifar",
+                 resize: int | None = None, rounds: int = 100, local_epochs: int = 5, batch_size: int = 128,
+                 projector_hidden: int = 4096, projection_dim: int = 2048, predictor_hidden: int = 4096,
+                 optimizer: Literal["sgd", "adam"] = "sgd", lr: float = 0.032, sgd_momentum: float = 0.9,
+                 weight_decay: float = 5e-4, cosine_decay: bool = True, ema_decay: float = 0.99,
+                 divergence_threshold: float | None = 0.4, augment: Literal["color", "simsiam28"] = "color",
+                 crop_scale: tuple[float, float] = (0.08, 1.0)):
+        super().__init__(num_clusters, batch_size)
+        self.save_hyperparameters()
+        hp = self.hparams
+        check_common(hp, num_clusters)
+        for name in ("rounds", "local_epochs", "projector_hidden", "projection_dim", "predictor_hidden"):
+            if getattr(hp, name) < 1:
+                raise ConfigError(f"method.{name}", getattr(hp, name), "a positive integer")
+        if hp.optimizer not in ("sgd", "adam"):
+            raise ConfigError("method.optimizer", hp.optimizer, "sgd or adam")
+        if hp.divergence_threshold is not None and not hp.divergence_threshold >= 0:
+            raise ConfigError("method.divergence_threshold", hp.divergence_threshold, "a number >= 0 or null")
+        self.automatic_optimization = False  # the EMA follows each optimizer step inside training_step
+        self._views_gen: torch.Generator | None = None
+        self._stage = "byol"
+        self._lr = hp.lr
+        self._seed = 0
+
+    def validate(self, info: DataInfo, num_clients: int) -> None:
+        if not info.is_image:
+            raise ConfigError("data.name", "vector data", "an image data set (BYOL trains on augmented views)")
+        if type(self).assign is FederatedMethod.assign:  # FedU itself learns representations only
+            raise ConfigError("method.class_path", type(self).__name__,
+                              "FedUKMeans or FedUMCC (FedU alone does not cluster)")
+
+    def build(self, info: DataInfo) -> None:
+        super().build(info)
+        hp = self.hparams
+        self.encoder = build_backbone(hp.backbone, info.in_channels, info.input_size or None,
+                                      in_features=info.num_features, resize=hp.resize)
+        self.projector = byol_mlp(self.encoder.out_dim, hp.projector_hidden, hp.projection_dim)
+        self.predictor = byol_mlp(hp.projection_dim, hp.predictor_hidden, hp.projection_dim)
+        # Round-1 target of every client: a copy of the global online initialisation (BYOL).
+        self.target_encoder = frozen_copy(self.encoder)
+        self.target_projector = frozen_copy(self.projector)
+        self.views = make_views(hp.augment, hp.crop_scale)
+        self._dapu_keys = [f"encoder.{k}" for k in divergence_weights(self.encoder)]
+
+    def stages(self) -> list[Stage]:
+        return [Stage("byol", self.hparams.rounds, self.hparams.local_epochs)]
+
+    def communicated(self) -> list[str]:
+        return [k for k in self.state_dict() if not k.startswith(TARGET)]
+
+    def online_parameters(self) -> list[nn.Parameter]:
+        return [p for name, p in self.named_parameters() if not name.startswith(TARGET)]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        hp = self.hparams
+        if hp.optimizer == "adam":
+            return torch.optim.Adam(self.online_parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        return torch.optim.SGD(self.online_parameters(), lr=hp.lr, momentum=hp.sgd_momentum,
+                               weight_decay=hp.weight_decay)
+
+    # --- the round -----------------------------------------------------------------------------------
+    def on_round_start(self, ctx: RoundContext) -> None:
+        self._seed = ctx.seed
+
+    def on_client_start(self, ctx: ClientContext) -> None:
+        hp = self.hparams
+        self._views_gen = ctx.generator("views")
+        self._stage = ctx.stage.name
+        self._lr = hp.lr * (0.5 * (1 + math.cos(math.pi * ctx.round / ctx.stage.rounds)) if hp.cosine_decay else 1)
+        if self._stage == "byol":
+            self.divergence_aware_predictor(ctx)
+
+    def divergence_aware_predictor(self, ctx: ClientContext) -> None:
+        """DAPU: keep the client's own predictor unless its encoder is close to the global one. Records the
+        divergence and the decision in the client's state ("divergence", "global_predictor")."""
+        own = ctx.state.get("own_encoder")
+        threshold = self.hparams.divergence_threshold
+        if own is None or threshold is None:
+            ctx.state["divergence"], ctx.state["global_predictor"] = math.nan, True
+            return
+        weights = self.state_dict()
+        d = divergence(own, {k: weights[k] for k in own})
+        take_global = d < threshold
+        ctx.state["divergence"], ctx.state["global_predictor"] = d, take_global
+        if not take_global:
+            self.predictor.load_state_dict(ctx.state["own_predictor"])
+
+    def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
+        if self._stage == "byol" and self.hparams.divergence_threshold is not None:
+            weights = self.state_dict()  # the client's model after local training, for next round's DAPU
+            ctx.state["own_encoder"] = {k: weights[k].detach().cpu().clone() for k in self._dapu_keys}
+            ctx.state["own_predictor"] = {k: v.detach().cpu().clone() for k, v in self.predictor.state_dict().items()}
+        return {}
+
+    # --- training ------------------------------------------------------------------------------------
+    def byol_objective(self, x_a: Tensor, x_b: Tensor) -> Tensor:
+        """The local loss to descend (FedBYOLCC adds CC's cluster term)."""
+        p_a, p_b = (self.predictor(self.projector(self.encoder(v))) for v in (x_a, x_b))
+        with torch.no_grad():
+            t_a, t_b = (self.target_projector(self.target_encoder(v)) for v in (x_a, x_b))
+        return byol_loss(p_a, p_b, t_a, t_b)
+
+    def byol_step(self, x: Tensor) -> Tensor:
+        x_a, x_b = two_views(self.views, x, self._views_gen)
+        optimizer = self.optimizers()
+        for group in optimizer.param_groups:
+            group["lr"] = self._lr
+        optimizer.zero_grad(set_to_none=True)
+        loss = self.byol_objective(x_a, x_b)
+        self.manual_backward(loss)
+        optimizer.step()
+        ema_update(self.target_encoder, self.encoder, self.hparams.ema_decay)
+        ema_update(self.target_projector, self.projector, self.hparams.ema_decay)
+        return loss.detach()
+
+    def training_step(self, batch: object, batch_idx: int) -> Tensor:
+        if self._views_gen is None:
+            raise RuntimeError(f"{type(self).__name__}.training_step needs a client context (the engine)")
+        return self.byol_step(batch_inputs(batch))
+
+    def embed(self, x: Tensor) -> Tensor:
+        return self.encoder(x)
+
+
+class FedUKMeans(FedU):
+    """FedU + K-means (FedMCC Tables I-II): K-means on the global encoder's representations.
+
+    Args:
+        kmeans_niter: Lloyd iterations. kmeans_redo: restarts (the lowest inertia wins).
+        The others: as FedU.
+    """
+
+    def __init__(self, *args: Any, kmeans_niter: int = 100, kmeans_redo: int = 5, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.save_hyperparameters()
+        self.centroids: Tensor | None = None
+        self._round_key: tuple[int, int] | None = None  # the round whose global encoder is loaded
+        self._fitted_key: tuple[int, int] | None = None  # the round whose encoder the centroids were fitted on
+
+    def on_round_start(self, ctx: RoundContext) -> None:
+        super().on_round_start(ctx)
+        self._round_key = (ctx.stage_index, ctx.round)
+
+    @torch.no_grad()
+    def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
+        """K-means on every sample's f*(x), fitted once per global encoder (scoring and assignments.csv then
+        see the same clustering; a saved run re-scored keeps its centroids)."""
+        self.eval()
+        stale = self._round_key is not None and self._round_key != self._fitted_key
+        if self.centroids is None or stale:
+            z = torch.cat([self.embed(x) for x in data.iter_all()])
+            seed = int_seed(self._seed, "fedu-kmeans", *(self._round_key or (0, 0)))
+            self.centroids = kmeans(z, self.num_clusters, niter=self.hparams.kmeans_niter,
+                                    nredo=self.hparams.kmeans_redo, seed=seed).centroids
+            self._fitted_key = self._round_key
+        return super().predict(data, client_states)
+
+    def assign(self, x: Tensor) -> Tensor:
+        if self.centroids is None:
+            raise RuntimeError("FedUKMeans.assign needs centroids: call predict first")
+        return assign_nearest(self.embed(x), self.centroids.to(x.device))
+
+    def server_state(self) -> dict[str, Any]:
+        return {"centroids": self.centroids, "fitted_key": self._fitted_key}
+
+    def load_server_state(self, state: dict[str, Any]) -> None:
+        self.centroids, self._fitted_key = state["centroids"], state["fitted_key"]
+
+
+class FedUMCC(MomentumClusterStage, FedU):
+    """FedU + MCC (FedMCC Tables I-II): FedU, then FedMCC's clustering stage (Algorithm 2).
+
+    Args:
+        cluster_rounds: Rounds of the clustering stage (10). cluster_local_epochs: its local epochs (5).
+        head_hidden: Hidden width of g_C (None: the backbone's). cluster_temperature: tau_C (1.0).
+        memory_efficient_chunk: Section VI gradients for the cluster stage (exact: g_C has no BatchNorm).
+        The others: as FedU.
+    """
+
+    def __init__(self, *args: Any, cluster_rounds: int = 10, cluster_local_epochs: int = 5,
+                 head_hidden: int | None = None, cluster_temperature: float = 1.0,
+                 memory_efficient_chunk: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.save_hyperparameters()
+        for name in ("cluster_rounds", "cluster_local_epochs"):
+            if getattr(self.hparams, name) < 1:
+                raise ConfigError(f"method.{name}", getattr(self.hparams, name), "a positive integer")
+        check_common(self.hparams, self.num_clusters)
+
+    def build(self, info: DataInfo) -> None:
+        super().build(info)
+        self.build_cluster_heads(self.encoder.out_dim, self.hparams.head_hidden)
+
+    def stages(self) -> list[Stage]:
+        hp = self.hparams
+        return [*super().stages(), Stage("cluster", hp.cluster_rounds, hp.cluster_local_epochs)]
+
+    def aggregation_weights(self, ctx: ClientContext) -> dict[str, float] | None:
+        if ctx.stage.name == "cluster":  # Algorithm 2 line 7: g_C alone
+            return {"encoder.": 0.0, "projector.": 0.0, "predictor.": 0.0}
+        return {"cluster_head.": 0.0}
+
+    def training_step(self, batch: object, batch_idx: int) -> Tensor:
+        if self._stage != "cluster":
+            return super().training_step(batch, batch_idx)
+        optimizer = self.optimizers()
+        for group in optimizer.param_groups:
+            group["lr"] = self._lr
+        return self.cluster_step(batch_inputs(batch), self._views_gen)
+
+    def assign(self, x: Tensor) -> Tensor:
+        return self.cluster_assign(x)

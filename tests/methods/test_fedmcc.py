@@ -1,0 +1,165 @@
+import pytest
+import torch
+from torch import nn
+
+from fedclust.errors import ConfigError
+from fedclust.methods.base import LOCAL_WEIGHTS, ClientContext, DataInfo, Stage
+from fedclust.methods.fedmcc import FedMCC, ema_update
+from tests.conftest import tiny_data
+
+INFO = DataInfo(num_classes=10, in_channels=1, input_size=8, num_features=64, is_image=True)
+
+
+def tiny_fedmcc(**kw) -> FedMCC:
+    """FedMCC small enough for CPU tests: MLP backbone on 8x8 digits, one round and one epoch per stage."""
+    args = dict(backbone="mlp", head_hidden=32, instance_dim=16, representation_rounds=1, cluster_rounds=1,
+                local_epochs=1, cluster_local_epochs=1, batch_size=64, crop_scale=(0.5, 1.0))
+    args.update(kw)
+    return FedMCC(**args)
+
+
+def test_two_clients_one_round_per_stage_smoke_and_what_reaches_the_server(run_fit, server_inputs):
+    metrics = run_fit(tiny_fedmcc())
+    assert 0 <= metrics["nmi"] <= 1 and 0 <= metrics["acc"] <= 1
+    sent = {stage: set(averaged) for stage, averaged, _ in server_inputs}
+    assert not any(k.startswith("target_") for keys in sent.values() for k in keys)  # targets never leave
+    assert sent["cluster"] and all(k.startswith("cluster_head.") for k in sent["cluster"])  # Algorithm 2: g_C
+    assert not any(k.startswith("cluster_head.") for k in sent["representation"])  # Algorithm 1: f and g_I
+    assert all(not u.payload for _, _, updates in server_inputs for u in updates)  # weights only, no samples
+
+
+def test_targets_stay_on_each_client_and_differ_after_a_round():
+    from tests.federation.test_orchestrator import build
+
+    orch = build(tiny_fedmcc(), tiny_data(num_clients=2))
+    assert not any(k.startswith("target_") for k in orch.communicated)
+    before = {k: v.clone() for k, v in orch.method.state_dict().items()}
+    orch.run()
+    local = [orch.client_states[c][LOCAL_WEIGHTS] for c in (0, 1)]
+    key = "target_encoder.net.1.weight"
+    assert not torch.equal(local[0][key], local[1][key])  # each client's own EMA, never averaged
+    assert torch.equal(orch.method.state_dict()[key], before[key])  # the server's copy never moved
+    # stage 1 left g_C out of the average, stage 2 left the encoder out: the encoder is what stage 1 made
+    assert not torch.equal(orch.method.state_dict()["encoder.net.1.weight"], before["encoder.net.1.weight"])
+
+
+def test_ema_update_is_m_target_plus_one_minus_m_online():
+    target, online = nn.Linear(3, 2), nn.Linear(3, 2)
+    expected = [0.99 * t.detach() + 0.01 * o.detach() for t, o in zip(target.parameters(), online.parameters())]
+    ema_update(target, online, 0.99)
+    for t, e in zip(target.parameters(), expected):
+        assert torch.allclose(t, e)
+
+
+def one_client(method, stage: str, data=None):
+    from fedclust.data.config import build_federated_data
+
+    data = data or build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    ctx = ClientContext(0, Stage(stage, 1), 1 if stage == "cluster" else 0, 0, data.client(0, 64), {}, 0)
+    method.ctx = ctx
+    method.on_client_start(ctx)
+    return ctx, next(iter(ctx.data.batches(torch.Generator().manual_seed(0))))
+
+
+def step_with_engine_optimizer(method, batch):
+    optimizer = method.configure_optimizers()
+    method._engine_optimizers = [optimizer]
+    try:
+        return method.training_step(batch, 0)
+    finally:
+        method._engine_optimizers = None
+
+
+def test_representation_step_moves_the_target_by_ema_of_the_new_online_weights():
+    torch.manual_seed(0)
+    method = tiny_fedmcc()
+    method.build(INFO)
+    method.train()
+    _, batch = one_client(method, "representation")
+    old_target = [p.clone() for p in method.target_instance_head.parameters()]
+    head_before = [p.clone() for p in method.cluster_head.parameters()]
+    step_with_engine_optimizer(method, batch)
+    for t_old, t_new, o in zip(old_target, method.target_instance_head.parameters(), method.instance_head.parameters()):
+        assert torch.allclose(t_new, 0.99 * t_old + 0.01 * o.detach(), atol=1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(head_before, method.cluster_head.parameters()))  # g_C idle
+
+
+def test_cluster_stage_freezes_the_encoders_and_trains_the_cluster_projector():
+    torch.manual_seed(0)
+    method = tiny_fedmcc()
+    method.build(INFO)
+    method.train()
+    _, batch = one_client(method, "cluster")
+    frozen = {k: v.clone() for k, v in method.state_dict().items() if k.startswith(("encoder.", "instance_head.",
+                                                                                     "target_encoder."))}
+    head_before = [p.clone() for p in method.cluster_head.parameters()]
+    step_with_engine_optimizer(method, batch)
+    state = method.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in frozen.items())  # weights and BN statistics
+    assert not all(torch.equal(a, b) for a, b in zip(head_before, method.cluster_head.parameters()))
+    weights = method.aggregation_weights(method.ctx)
+    assert weights == {"encoder.": 0.0, "instance_head.": 0.0}  # stage 2 communicates g_C only
+
+
+def test_cluster_loss_is_equation_9():
+    from fedclust.losses.contrastive import cluster_entropy, nt_xent
+
+    method = tiny_fedmcc()
+    c = [torch.softmax(torch.randn(6, 4), 1) for _ in range(4)]
+    expected = 0.5 * (nt_xent(c[0].T, c[3].T, 1.0) + nt_xent(c[2].T, c[1].T, 1.0)) + sum(map(cluster_entropy, c))
+    assert method.cluster_loss(*c).item() == pytest.approx(expected.item())
+    z = [torch.randn(6, 5) for _ in range(4)]
+    expected = 0.5 * (nt_xent(z[0], z[3], 0.5) + nt_xent(z[2], z[1], 0.5))
+    assert method.instance_loss(*z).item() == pytest.approx(expected.item())
+
+
+def bn_free(method):
+    """Swap the BatchNorm encoders for per-sample ones: chunked gradients must then equal the ordinary ones."""
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 512), nn.ReLU())
+    net.out_dim = 512
+    method.encoder = net
+    method.target_encoder = nn.Sequential(nn.Flatten(), nn.Linear(64, 512), nn.ReLU()).requires_grad_(False)
+    method.target_encoder.load_state_dict(net.state_dict())
+
+
+def gradients_of_one_step(stage: str, chunk: int | None) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    method = tiny_fedmcc(memory_efficient_chunk=chunk, head_hidden=32)
+    method.build(DataInfo(10, 1, 8, 64, True))
+    bn_free(method)
+    method.train()
+    _, batch = one_client(method, stage)
+    seen = {}
+    optimizer = torch.optim.SGD(method.online_parameters(), lr=0.0)  # lr 0: keep the weights, read .grad
+    real_step = optimizer.step
+
+    def step():
+        seen.update({n: p.grad.clone() for n, p in method.named_parameters() if p.grad is not None})
+        real_step()
+
+    optimizer.step = step
+    method._engine_optimizers = [optimizer]
+    method.training_step(batch, 0)
+    return seen
+
+
+@pytest.mark.parametrize("stage", ["representation", "cluster"])
+def test_memory_efficient_chunks_give_the_ordinary_gradients_without_batchnorm(stage):
+    # Exact only for per-sample networks: the MLP backbone's BatchNorm is swapped out (bn_free); with
+    # BatchNorm in training mode each chunk would be normalised by its own statistics.
+    ordinary, chunked = gradients_of_one_step(stage, None), gradients_of_one_step(stage, 7)
+    assert ordinary.keys() == chunked.keys() and ordinary
+    for name, g in ordinary.items():
+        assert torch.allclose(g, chunked[name], atol=1e-5), name
+
+
+def test_bad_options_name_the_field():
+    with pytest.raises(ConfigError, match="method.ema_decay"):
+        FedMCC(ema_decay=1.0)
+    with pytest.raises(ConfigError, match="method.memory_efficient_chunk"):
+        FedMCC(memory_efficient_chunk=0)
+    with pytest.raises(ConfigError, match="method.augment"):
+        tiny_fedmcc(augment="jitter").build(INFO)
+    with pytest.raises(ConfigError, match="data.name"):
+        FedMCC().validate(DataInfo(3, 0, 0, 5, False), 2)
