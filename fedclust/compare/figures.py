@@ -46,26 +46,32 @@ def _mean_trace(name: str, by_x: dict[float, list[float]], dash: str | None = No
                       name=name, line=dict(dash=dash) if dash else None)
 
 
-def heterogeneity(runs: list[RunRecord]) -> go.Figure | None:
-    """Final NMI against p (or alpha), one line per method / data / failure rate (mean and spread over
-    seeds), with the paper's numbers as dashed lines where the setting is one of CCFC Table 1's."""
-    groups = _groups(runs, key=lambda r: (r.method, r.data, r.partition, r.disconnect_rate, r.heterogeneity[0]),
+def heterogeneity(runs: list[RunRecord]) -> list[go.Figure]:
+    """Final NMI against p (one figure) and against alpha (another), one line per method / data / failure
+    rate (mean and spread over seeds), with the paper's numbers as dashed lines where the setting is one of
+    CCFC Table 1's. Only knobs that some line varies get a figure."""
+    groups = _groups(runs, key=lambda r: (r.heterogeneity[0], r.method, r.data, r.partition, r.disconnect_rate),
                      x_of=lambda r: r.heterogeneity[1] if r.heterogeneity else None)
-    if not any(len(v) > 1 for v in groups.values()):
-        return None
-    fig = go.Figure()
-    knobs = set()
-    for (method, data, partition, rate, knob), by_x in sorted(groups.items()):
-        knobs.add(knob)
-        suffix = f", failures {rate:g}" if rate else ""
-        fig.add_trace(_mean_trace(f"{method} on {data}{suffix}", by_x))
-        paper = reference(method, data, partition)
-        if paper is not None and not rate:
-            fig.add_trace(go.Scatter(x=paper[0], y=paper[1], mode="lines", line=dict(dash="dash"),
-                                     name=f"{method} on {data}, paper (CCFC Table 1)"))
-    fig.update_layout(title="Final NMI vs heterogeneity (dashed: published)", xaxis_title=" / ".join(sorted(knobs)),
-                      yaxis_title="NMI", **LAYOUT)
-    return fig
+    out = []
+    for knob in sorted({key[0] for key in groups}):
+        mine = {key: by_x for key, by_x in groups.items() if key[0] == knob}
+        if not any(len(v) > 1 for v in mine.values()):
+            continue
+        fig = go.Figure()
+        for (_, method, data, partition, rate), by_x in sorted(mine.items()):
+            suffix = f", failures {rate:g}" if rate else ""
+            fig.add_trace(_mean_trace(f"{method} on {data}{suffix}", by_x))
+            paper = reference(method, data, partition)
+            if paper is not None and not rate:
+                fig.add_trace(go.Scatter(x=paper[0], y=paper[1], mode="lines", line=dict(dash="dash"),
+                                         name=f"{method} on {data}, paper (CCFC Table 1)"))
+        title = "p (pshift)" if knob == "p" else "Dirichlet alpha"
+        fig.update_layout(title=f"Final NMI vs {title} (dashed: published)", xaxis_title=knob, yaxis_title="NMI",
+                          **LAYOUT)
+        if knob == "alpha":
+            fig.update_xaxes(type="log")
+        out.append(fig)
+    return out
 
 
 def failures(runs: list[RunRecord]) -> go.Figure | None:

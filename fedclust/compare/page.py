@@ -33,10 +33,9 @@ def compare(runs: list[str], output: str = "compare.html", title: str = "fedclus
         raise ConfigError("output", output, "a file path for the HTML page, not a folder")
     sections = [f"<h1>{html.escape(title)}</h1><p>{len(records)} runs, written {time.strftime('%Y-%m-%d %H:%M')}"
                 "</p>", "<h2>Final metrics</h2>", final_table(records)]
-    plots = []
-    for fig in (figures.heterogeneity(records), figures.failures(records)):
-        if fig is not None:
-            plots.append(fig)
+    plots = figures.heterogeneity(records)
+    if (failures := figures.failures(records)) is not None:
+        plots.append(failures)
     if plots:
         sections += ["<h2>Against heterogeneity and failures</h2>", _grid(plots)]
     sections += ["<h2>Curves</h2>", _grid([figures.curves(records, m) for m in ("nmi", "acc", "ari", "loss")])]

@@ -10,12 +10,13 @@ from fedclust.__main__ import main
 from fedclust.compare.runs import load_runs
 
 
-def fake_run(root, name, method="KFED", p=0.0, seed=1, rate=0.0, nmi=0.5, rounds=3):
+def fake_run(root, name, method="KFED", p=0.0, seed=1, rate=0.0, nmi=0.5, rounds=3, alpha=None):
     """A run folder as `fedclust fit` writes it, without running anything."""
     folder = root / name
     folder.mkdir(parents=True)
     config = {"method": {"class_path": method, "init_args": {}}, "seed": seed,
-              "data": {"name": "fmnist", "partition": "pshift", "p": p, "num_clients": 3},
+              "data": {"name": "fmnist", "partition": "pshift" if alpha is None else "dirichlet", "p": p,
+                       "alpha": alpha, "num_clients": 3},
               "federation": {"disconnect_rate": rate}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows = ["round,stage,stage_round,loss,nmi,acc,ari,kappa,purity,clients,failed,rejected,seconds,peak_memory_mb"]
@@ -79,3 +80,15 @@ def test_plots_render_in_headless_chromium(runs, tmp_path):
     assert dom.count('class="main-svg"') >= 15
     assert dom.count('class="trace scatter') >= 6 + 4  # the summary lines and the curves drew their traces
     assert dom.count('class="hm"') == 9  # every partition heatmap drew its image
+
+
+def test_p_and_alpha_get_one_figure_each(tmp_path):
+    from fedclust.compare.figures import heterogeneity
+
+    root = tmp_path / "runs"
+    folders = [fake_run(root, f"p{p}", p=p) for p in (0.0, 1.0)]
+    folders += [fake_run(root, f"a{a}", method="FedCC", alpha=a) for a in (0.1, 0.5)]
+    figs = heterogeneity(load_runs([str(f) for f in folders]))
+    assert [f.layout.xaxis.title.text for f in figs] == ["alpha", "p"]
+    assert [t.name for t in figs[0].data] == ["FedCC on fmnist"]  # no published line for Dirichlet settings
+    assert "k-FED on fmnist, paper (CCFC Table 1)" in [t.name for t in figs[1].data]
