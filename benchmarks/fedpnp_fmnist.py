@@ -11,7 +11,7 @@ as the paper does: the mean over clients of each client's metrics on its own dat
 the engine's own metrics for it are those of the union of the clients' clusterings). A method whose config
 or class is missing (FedBYOLCC is written separately) is listed as not run; re-running the script fills
 it in and reuses the cached runs (benchmarks/runs/<name>/final.json).
-Writes benchmarks/results/fedpnp_fmnist.md after every run.
+Writes benchmarks/results/fedpnp_fmnist_r<rounds>e<epochs>.md after every run.
 """
 
 from __future__ import annotations
@@ -83,31 +83,40 @@ def pool_statistics(folder) -> tuple[float, float]:
     return sum(kept) / len(kept), (sum(same) / len(same) if same else float("nan"))
 
 
-def write(lines: list[str], note: str) -> None:
+def write(lines: list[str], note: str, tag: str) -> None:
     extra = ["", f"Conditions: {note}"] if note else []
-    (RESULTS / "fedpnp_fmnist.md").write_text("\n".join(lines + extra) + "\n")
+    (RESULTS / f"fedpnp_fmnist_{tag}.md").write_text("\n".join(lines + extra) + "\n")
 
 
 def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--rounds", type=int, default=3)
     args.add_argument("--local-epochs", type=int, default=1)
+    args.add_argument("--methods", nargs="+", default=[m for _, m in METHODS], help="modules to run")
+    args.add_argument("--settings", nargs="+", default=[s for s, _ in SETTINGS], help='e.g. IID "Dir 0.1"')
+    args.add_argument("--no-ablation", action="store_true", help="skip the alpha = 1 ablation")
     args.add_argument("--note", default="", help="conditions of the run (what else shared the machine)")
     opts = args.parse_args()
+    tag = f"r{opts.rounds}e{opts.local_epochs}"
+    selection = ""
+    if opts.methods != [m for _, m in METHODS] or opts.settings != [s for s, _ in SETTINGS]:
+        selection = " --methods " + " ".join(opts.methods) + " --settings " + " ".join(f'"{s}"' for s in opts.settings)
+    selection += " --no-ablation" if opts.no_ablation else ""
     budget = ["--federation.rounds", str(opts.rounds), "--federation.local_epochs", str(opts.local_epochs)]
     lines = [f"# FedPNP vs baselines on Fashion-MNIST, {opts.rounds} rounds x {opts.local_epochs} local epoch(s)",
              "", f"Machine: {machine()}", "",
-             f"Command: `python benchmarks/fedpnp_fmnist.py --rounds {opts.rounds} --local-epochs {opts.local_epochs}`",
+             f"Command: `python benchmarks/fedpnp_fmnist.py --rounds {opts.rounds} --local-epochs {opts.local_epochs}"
+             f"{selection}`",
              "", "Budget: 5 clients, Fashion-MNIST test split (10,000 images), ConvNet28 backbone, batch 128, "
              "Adam 3e-4, one seed (0); paper: CIFAR, ResNet-18 at 224x224, 100 rounds x 5 local epochs.", "",
              "| setting | method | NMI | ACC | ARI | wall s |", "|---|---|---|---|---|---|"]
     pools: list[tuple[str, float, float]] = []
-    for setting, overrides in SETTINGS:
-        for label, module in METHODS:
+    for setting, overrides in (x for x in SETTINGS if x[0] in opts.settings):
+        for label, module in (x for x in METHODS if x[1] in opts.methods):
             if not available(module):
                 lines.append(f"| {setting} | {label} | not run (fedclust.methods.{module} or "
                              f"configs/{module}_fmnist.yaml missing) | | | |")
-                write(lines, opts.note)
+                write(lines, opts.note, tag)
                 continue
             name = f"fedpnp_fmnist_{module}_{setting.replace(' ', '').lower()}_r{opts.rounds}e{opts.local_epochs}"
             result = run_config(f"configs/{module}_fmnist.yaml", name, [*overrides, *budget])
@@ -117,18 +126,18 @@ def main() -> None:
             extra = " (mean over clients)" if module == "single_simclr" else ""
             lines.append(f"| {setting} | {label}{extra} | {100 * m['nmi']:.1f} | {100 * m['acc']:.1f} | "
                          f"{100 * m['ari']:.1f} | {result.get('wall_seconds', float('nan')):.0f} |")
-            write(lines, opts.note)
-    for setting, label, module, tag, overrides in ABLATIONS:
-        name = f"fedpnp_fmnist_{module}_{tag}_{setting.replace(' ', '').lower()}_r{opts.rounds}e{opts.local_epochs}"
+            write(lines, opts.note, tag)
+    for setting, label, module, variant, overrides in [] if opts.no_ablation else ABLATIONS:
+        name = f"fedpnp_fmnist_{module}_{variant}_{setting.replace(' ', '').lower()}_r{opts.rounds}e{opts.local_epochs}"
         m = run_config(f"configs/{module}_fmnist.yaml", name, [*overrides, *budget])
         lines.append(f"| {setting} | {label} (ablation) | {100 * m['metrics']['nmi']:.1f} | "
                      f"{100 * m['metrics']['acc']:.1f} | {100 * m['metrics']['ari']:.1f} | "
                      f"{m.get('wall_seconds', float('nan')):.0f} |")
-        write(lines, opts.note)
+        write(lines, opts.note, tag)
     lines += ["", "FedPNP's pool after the last round (past model, first batch of each client, mean over clients):", "",
               "| setting | negatives kept (% of pairs) | same class among removed pairs (%) |", "|---|---|---|"]
     lines += [f"| {s} | {100 * k:.2f} | {100 * c:.1f} |" for s, k, c in pools]
-    write(lines, opts.note)
+    write(lines, opts.note, tag)
     print("\n".join(lines))
 
 
