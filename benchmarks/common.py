@@ -17,8 +17,10 @@ RUNS = ROOT / "benchmarks" / "runs"  # run folders (git-ignored); results go to 
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def run_config(config: str, name: str, overrides: list[str], fresh: bool = False) -> dict:
-    """Run `fedclust fit` once (skipped when its final.json exists) and return final.json + wall time."""
+def run_config(config: str, name: str, overrides: list[str], fresh: bool = False,
+               env: dict[str, str] | None = None) -> dict:
+    """Run `fedclust fit` once (skipped when its final.json exists, unless ``fresh``) and return final.json +
+    wall time; ``env`` adds environment variables (e.g. OMP_NUM_THREADS)."""
     folder = RUNS / name
     final = folder / "final.json"
     if final.exists() and not fresh:
@@ -27,7 +29,8 @@ def run_config(config: str, name: str, overrides: list[str], fresh: bool = False
         shutil.rmtree(folder)
     start = time.perf_counter()
     subprocess.run(["fedclust", "fit", "--config", str(ROOT / config), "--run_dir", str(folder),
-                    "--progress", "false", *overrides], check=True, cwd=ROOT)
+                    "--progress", "false", *overrides], check=True, cwd=ROOT,
+                   env={**os.environ, **(env or {})})
     result = json.loads(final.read_text())
     result["wall_seconds"] = time.perf_counter() - start
     final.write_text(json.dumps(result, indent=2))

@@ -24,10 +24,10 @@ import torch
 import yaml
 from common import RESULTS, ROOT, RUNS, machine, run_config
 
+from fedclust.clustering.metrics import grouped_cluster_metrics
 from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.methods import FedPNP
 from fedclust.methods.fedpnp import PAST, pnp_pool
-from fedclust.methods.single_simclr import mean_client_metrics
 
 METHODS = [("FedPNP", "fedpnp"), ("FedCC", "fedcc"), ("FedBYOLCC", "fedbyolcc"), ("Single-Training", "single_simclr")]
 # FedPNP differs from FedCC by the pool AND by alpha (0.1 after round 1, i.e. a 10x lighter cluster loss):
@@ -53,7 +53,7 @@ def client_mean(folder) -> dict[str, float]:
     with open(folder / "assignments.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     col = {k: torch.tensor([int(r[k]) for r in rows]) for k in ("client", "label", "cluster")}
-    return mean_client_metrics(col["cluster"], col["label"], col["client"])
+    return grouped_cluster_metrics(col["cluster"], col["label"], col["client"])
 
 
 @torch.no_grad()

@@ -21,33 +21,19 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import os
-import shutil
 import statistics
-import subprocess
-import sys
-import time
 
 import torch
-from common import RESULTS, ROOT, RUNS, machine
+from common import RESULTS, RUNS, machine, run_config
 
 CONFIG = "configs/ccfc_fmnist.yaml"
 
 
 def fit(name: str, overrides: list[str], env: dict[str, str] | None = None) -> tuple[list[dict], dict, float]:
-    """A fresh `fedclust fit` run; returns metrics.csv rows, final.json and the wall time."""
-    folder = RUNS / name
-    if folder.exists():
-        shutil.rmtree(folder)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fedclust", "fit", "--config", str(ROOT / CONFIG), "--run_dir", str(folder),
-                    "--progress", "false", *overrides], check=True, cwd=ROOT,
-                   env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    with open(folder / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return rows, json.loads((folder / "final.json").read_text()), wall
+    """A fresh `fedclust fit` run of CCFC; returns metrics.csv rows, final.json and the wall time."""
+    final = run_config(CONFIG, name, overrides, fresh=True, env=env)
+    with open(RUNS / name / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f)), final, final["wall_seconds"]
 
 
 def stage1_seconds(rows: list[dict]) -> list[float]:

@@ -33,8 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedclust.errors import ConfigError
-
-CHECKPOINT = Path("checkpoints/last.ckpt")
+from fedclust.fit import CHECKPOINT
 
 
 @dataclass

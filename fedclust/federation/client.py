@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,12 +58,26 @@ def reset_optimizer(optimizer: torch.optim.Optimizer) -> None:
     optimizer.state = collections.defaultdict(dict)
 
 
+def map_tensors(tree: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``fn`` applied to every tensor of a nested structure (dicts, lists, tuples, dataclasses such as
+    ClientUpdate); everything else is kept as is."""
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: map_tensors(v, fn) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(map_tensors(v, fn) for v in tree)
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        return dataclasses.replace(tree, **{f.name: map_tensors(getattr(tree, f.name), fn)
+                                            for f in dataclasses.fields(tree) if f.init})
+    return tree
+
+
 def to_cpu(tree: Any) -> Any:
     """Deep copy of a (nested) state onto the CPU: per-client state must not pin device memory."""
-    if isinstance(tree, torch.Tensor):
-        return tree.detach().to("cpu", copy=True)
-    if isinstance(tree, dict):
-        return {k: to_cpu(v) for k, v in tree.items()}
-    if isinstance(tree, list | tuple):
-        return type(tree)(to_cpu(v) for v in tree)
-    return tree
+    return map_tensors(tree, lambda t: t.detach().to("cpu", copy=True))
+
+
+def to_device(tree: Any, device: torch.device) -> Any:
+    """Tensors of a (nested) object, e.g. gathered on the CPU, on the working device."""
+    return map_tensors(tree, lambda t: t.to(device))

@@ -80,14 +80,3 @@ def _flatten(total: WeightedSum, template: dict[str, Tensor], device: torch.devi
     weights = torch.tensor([total.totals.get(k, 0.0) for k in keys] + [float(total.count)],
                            dtype=torch.float64, device=device)
     return torch.cat([*parts, weights])
-
-
-def to_device(tree: Any, device: torch.device) -> Any:
-    """Tensors of a gathered (CPU) object back on the working device."""
-    if isinstance(tree, Tensor):
-        return tree.to(device)
-    if isinstance(tree, dict):
-        return {k: to_device(v, device) for k, v in tree.items()}
-    if isinstance(tree, list | tuple):
-        return type(tree)(to_device(v, device) for v in tree)
-    return tree

@@ -18,14 +18,13 @@ from torch import Tensor
 from fedclust.clustering.metrics import grouped_cluster_metrics
 from fedclust.data.client_data import FederatedData
 from fedclust.federation.aggregate import WeightedSum, is_finite
-from fedclust.federation.client import as_optimizer_list, local_fit, reset_optimizer, to_cpu
+from fedclust.federation.client import as_optimizer_list, local_fit, reset_optimizer, to_cpu, to_device
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.distributed import (
     all_reduce_sum,
     broadcast_object,
     gather_objects,
     my_clients,
-    to_device,
     world_size,
 )
 from fedclust.federation.sampling import participants

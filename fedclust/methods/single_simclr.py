@@ -26,19 +26,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedclust.clustering.kmeans import assign_nearest, kmeans
-from fedclust.clustering.metrics import grouped_cluster_metrics
 from fedclust.data.views import ColorViews
 from fedclust.errors import ConfigError
 from fedclust.losses.contrastive import instance_contrastive_loss
 from fedclust.methods.base import LOCAL_WEIGHTS, ClientContext, DataInfo
 from fedclust.methods.fedcc import FedCC, build_cc_network
 from fedclust.seeding import int_seed
-
-
-def mean_client_metrics(pred: Tensor, labels: Tensor, clients: Tensor) -> dict[str, float]:
-    """Mean over clients of cluster_metrics on each client's own samples (``clients``: client id per
-    sample, -1 for samples of no client, which are ignored); e.g. from a run's assignments.csv."""
-    return grouped_cluster_metrics(pred, labels, clients)
 
 
 class SingleSimCLR(FedCC):

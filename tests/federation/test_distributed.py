@@ -96,3 +96,16 @@ def test_all_reduce_sum_merges_ranks_and_tolerates_an_idle_one(monkeypatch):
     idle = distributed.all_reduce_sum(TwoRankFabric(theirs, template), WeightedSum(), template)
     torch.testing.assert_close(idle.average()["w"], 3 * torch.ones(2, 2))
     assert idle.count == 1
+
+
+def test_gathered_updates_move_whole_including_their_payloads():
+    from fedclust.federation.client import to_cpu, to_device
+    from fedclust.methods.base import ClientUpdate
+
+    update = ClientUpdate(3, 10, {"centroids": torch.ones(2, 4)}, {"head.": 0.5})
+    moved = to_device(to_cpu([update]), torch.device("meta"))[0]
+    assert isinstance(moved, ClientUpdate) and moved.client_id == 3 and moved.key_weights == {"head.": 0.5}
+    assert moved.payload["centroids"].device.type == "meta"  # the payload moved, not just the container
+    copy = to_cpu(update)
+    copy.payload["centroids"].add_(1)
+    assert update.payload["centroids"].sum() == 8  # a copy, not a view

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
+from fedclust.clustering.metrics import grouped_cluster_metrics
 from fedclust.methods import SingleSimCLR
 from fedclust.methods.base import LOCAL_WEIGHTS
-from fedclust.methods.single_simclr import mean_client_metrics
 from tests.methods.test_fedcc import INFO
 
 
@@ -23,7 +23,7 @@ def test_two_clients_one_round_smoke_labels_each_client_with_its_own_clusters(ru
     for r in rows:  # client c's clusters are c*K .. c*K + K - 1
         assert int(r["cluster"]) // 10 == int(r["client"])
     col = {k: torch.tensor([int(r[k]) for r in rows]) for k in ("client", "label", "cluster")}
-    mean = mean_client_metrics(col["cluster"], col["label"], col["client"])
+    mean = grouped_cluster_metrics(col["cluster"], col["label"], col["client"])
     # the engine reports the paper's number: the mean over clients (metric_groups), not the union clustering
     assert metrics == pytest.approx(mean, abs=1e-6)
 
@@ -42,11 +42,11 @@ def test_clients_are_never_averaged_and_keep_their_own_model():
     assert all(orch.client_states[c]["centroids"].shape == (10, 512) for c in range(3))
 
 
-def test_mean_client_metrics_is_the_mean_of_each_clients_metrics():
+def test_grouped_metrics_by_client_is_the_mean_of_each_clients_metrics():
     labels = torch.tensor([0, 0, 1, 1, 0, 0, 1, 1])
     pred = torch.tensor([5, 5, 7, 7, 3, 3, 3, 3])  # client 0 perfect, client 1 one cluster
     clients = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    m = mean_client_metrics(pred, labels, clients)
+    m = grouped_cluster_metrics(pred, labels, clients)
     assert m["nmi"] == pytest.approx(0.5)
     assert m["acc"] == pytest.approx((1.0 + 0.5) / 2)
     assert m["ari"] == pytest.approx(0.5)
