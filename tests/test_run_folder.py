@@ -6,6 +6,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from fedclust import run_folder
 from fedclust.__main__ import main
@@ -76,6 +77,22 @@ def test_resume_may_change_what_is_observed(tmp_path):
     assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
                  "--run_dir", str(run)]) == 0
     assert main(["fit", "--resume", str(run), "--federation.eval_every", "1", "--progress", "false"]) == 0
+
+
+def test_resume_accepts_a_setting_newer_than_the_run_at_its_default(tmp_path, capsys):
+    """A run saved before a method setting existed computed with that setting's default: it resumes; asking for
+    another value is still a change."""
+    run = tmp_path / "run"
+    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
+                 "--run_dir", str(run)]) == 0
+    config = run / "config.yaml"
+    saved = yaml.safe_load(config.read_text())
+    del saved["method"]["init_args"]["blur_sigma"]
+    config.write_text(yaml.safe_dump(saved, sort_keys=False))
+    capsys.readouterr()
+    assert main(["fit", "--resume", str(run), "--method.init_args.blur_sigma", "[0.1, 0.6]", "--progress", "false"]) == 2
+    assert "method.init_args.blur_sigma" in capsys.readouterr().err
+    assert main(["fit", "--resume", str(run), "--federation.rounds", "2", "--progress", "false"]) == 0
 
 
 def test_an_unwritable_runs_dir_is_one_sentence(tmp_path):
