@@ -115,12 +115,12 @@ def ref_kfed() -> dict:
             "nmi": normalized_mutual_info_score(y, pred)}
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float, str]:
     """Wall and CPU (user + system, children) seconds of one process, and its stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, **(env or {})},
-                         cwd=Path(__file__).resolve().parents[1]).stdout
+                         cwd=cwd or Path(__file__).resolve().parents[1]).stdout
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
@@ -142,31 +142,33 @@ def before_tree(rev: str) -> Path:
 
 
 def main() -> None:
-    from common import RESULTS, RUNS, machine
+    from common import RESULTS, ROOT, RUNS, machine
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--before", default=BEFORE, help="git revision of fedclust 'before' (k-FED's old code)")
     args = parser.parse_args()
     me, fit = [sys.executable, __file__], [sys.executable, "-m", "fedclust", "fit", "--progress", "false"]
-    old = {"PYTHONPATH": str(before_tree(args.before))}
-    programs = {  # name: (command, extra environment)
-        "scikit-learn KMeans": (me + ["ref-kmeans"], {}),
-        "fedclust KMeans": (fit + ["--config", "configs/kmeans_fmnist.yaml"], {}),
-        "official-style k-FED": (me + ["ref-kfed"], {}),
-        "fedclust k-FED": (fit + ["--config", "configs/kfed_fmnist.yaml"], {}),
-        f"fedclust k-FED before ({args.before})": (fit + ["--config", "configs/kfed_fmnist.yaml"], old),
+    tree = before_tree(args.before)
+    km, kf = [str(ROOT / "configs" / f"{name}_fmnist.yaml") for name in ("kmeans", "kfed")]
+    programs = {  # name: (command, extra environment, working folder: `python -m` imports from there first)
+        "scikit-learn KMeans": (me + ["ref-kmeans"], {}, ROOT),
+        "fedclust KMeans": (fit + ["--config", km], {}, ROOT),
+        "official-style k-FED": (me + ["ref-kfed"], {}, ROOT),
+        "fedclust k-FED": (fit + ["--config", kf], {}, ROOT),
+        f"fedclust k-FED before ({args.before})": (fit + ["--config", kf], {"PYTHONPATH": str(tree)}, tree),
     }
     times: dict[str, list] = {name: [] for name in programs}
     for rep in range(args.reps):
-        for i, (name, (cmd, env)) in enumerate(programs.items()):
+        for i, (name, (cmd, env, cwd)) in enumerate(programs.items()):
             run = RUNS / "classic_speed" / f"program{i}_{rep}"
             extra = ["--run_dir", str(run)] if "fit" in cmd else []
             shutil.rmtree(run, ignore_errors=True)
-            wall, cpu, out = timed(cmd + extra, env)
+            wall, cpu, out = timed(cmd + extra, env, cwd)
             phases = json.loads(out.strip().splitlines()[-1]) if not extra else round_phases(run)
             if extra:  # start-up (imports, Fabric), data loading and writing the run folder
                 phases["outside_round_s"] = wall - sum(phases.values())
+                phases["nmi"] = run_nmi(run)  # also tells which code ran (k-FED's start changed the result)
             times[name].append((wall, cpu, phases))
             print(rep, name, f"{wall:.1f} s wall, {cpu:.1f} s CPU", phases, flush=True)
     startup = {name: timed([sys.executable, "-c", f"import {mod}"])[0] for name, mod in
@@ -198,8 +200,13 @@ def round_phases(run) -> dict:
     return {k: float(row[k]) for k in ("train_seconds", "server_seconds", "eval_seconds") if k in row}
 
 
+def run_nmi(run) -> float:
+    return json.loads((run / "final.json").read_text())["metrics"]["nmi"]
+
+
 def fmt(phases: dict) -> str:
-    return ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in phases.items())
+    return ", ".join(f"{k} {v:.4f}" if k == "nmi" else f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in phases.items())
 
 
 def why_kmeans() -> list[str]:
