@@ -41,7 +41,7 @@ def time_one_epoch() -> dict:
         return json.loads(cache.read_text())
     from lightning.fabric import Fabric
 
-    from fedclust.contract import ClientContext, Stage
+    from fedclust.contract import ClientContext, ClientSession, Stage
     from fedclust.data.config import DataConfig, build_federated_data
     from fedclust.federation.client import local_fit
     from fedclust.federation.setup import setup_method
@@ -53,10 +53,11 @@ def time_one_epoch() -> dict:
     setup_method(method, data, 66)
     client = data.client(0, method.batch_size)
     ctx = ClientContext(0, Stage("local-gan", 1, 1), 0, 0, client, {}, 66)
-    method.ctx = ctx
+    optimizers = list(method.configure_optimizers())
+    method.session = ClientSession(ctx, optimizers)  # as the engine lends it
     method.on_client_start(ctx)
     start = time.perf_counter()
-    local_fit(method, ctx, list(method.configure_optimizers()), fabric, 1)
+    local_fit(method, ctx, optimizers, fabric, 1)
     out = {"seconds": time.perf_counter() - start, "images": len(client), "steps": -(-len(client) // 64),
            "threads": torch.get_num_threads(), "load_average": os.getloadavg()}
     cache.write_text(json.dumps(out, indent=2))

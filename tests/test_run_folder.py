@@ -90,7 +90,8 @@ def test_resume_accepts_a_setting_newer_than_the_run_at_its_default(tmp_path, ca
     del saved["method"]["init_args"]["blur_sigma"]
     config.write_text(yaml.safe_dump(saved, sort_keys=False))
     capsys.readouterr()
-    assert main(["fit", "--resume", str(run), "--method.init_args.blur_sigma", "[0.1, 0.6]", "--progress", "false"]) == 2
+    other = ["--method.init_args.blur_sigma", "[0.1, 0.6]"]
+    assert main(["fit", "--resume", str(run), *other, "--progress", "false"]) == 2
     assert "method.init_args.blur_sigma" in capsys.readouterr().err
     assert main(["fit", "--resume", str(run), "--federation.rounds", "2", "--progress", "false"]) == 0
 

@@ -11,6 +11,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedclust.contract import ClientContext, FederatedMethod
+from fedclust.errors import FedclustError
 
 
 def local_fit(method: FederatedMethod, ctx: ClientContext, optimizers: list[torch.optim.Optimizer],
@@ -18,7 +19,8 @@ def local_fit(method: FederatedMethod, ctx: ClientContext, optimizers: list[torc
     """Run `epochs` local epochs of method.training_step; return the mean loss (nan if no step).
 
     With automatic optimization the engine steps the one optimizer on the returned loss; otherwise the
-    method steps its optimizers itself (method.optimizers() / manual_backward) and returns a loss to log."""
+    method steps its optimizers itself (method.optimizers() / manual_backward, which read the ClientSession the
+    engine lent it) and returns a loss to log."""
     if not optimizers or epochs == 0:
         return math.nan
     method.train()
@@ -26,23 +28,27 @@ def local_fit(method: FederatedMethod, ctx: ClientContext, optimizers: list[torc
     if automatic and len(optimizers) > 1:
         raise ValueError(f"{type(method).__name__} returns {len(optimizers)} optimizers: set "
                          "self.automatic_optimization = False and step them in training_step")
-    method._engine_optimizers = optimizers
     total, steps = torch.zeros((), device=fabric.device), 0
-    try:
-        for epoch in range(epochs):
-            for batch_idx, batch in enumerate(method.client_batches(ctx, epoch)):
-                with fabric.autocast():
-                    out = method.training_step(batch, batch_idx)
-                loss = out["loss"] if isinstance(out, dict) else out
-                if automatic:
-                    optimizers[0].zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizers[0].step()
-                total += loss.detach().float()
-                steps += 1
-    finally:
-        method._engine_optimizers = None
+    for epoch in range(epochs):
+        for batch_idx, batch in enumerate(method.client_batches(ctx, epoch)):
+            with fabric.autocast():
+                out = method.training_step(batch, batch_idx)
+            loss = out["loss"] if isinstance(out, dict) else out
+            if automatic:
+                optimizers[0].zero_grad(set_to_none=True)
+                loss.backward()
+                optimizers[0].step()
+            total += loss.detach().float()
+            steps += 1
     return (total / max(steps, 1)).item() if steps else math.nan
+
+
+def check_payload(method: FederatedMethod, payload: dict[str, torch.Tensor]) -> None:
+    """A payload crosses the privacy boundary: only the keys the method declares in `payload_keys` may."""
+    undeclared = sorted(set(payload) - set(method.payload_keys))
+    if undeclared:
+        raise FedclustError(f"{type(method).__name__}.on_client_end sent {undeclared} but declares payload_keys = "
+                            f"{tuple(method.payload_keys)!r}: declare every key a client sends")
 
 
 def as_optimizer_list(configured: Any) -> list[torch.optim.Optimizer]:

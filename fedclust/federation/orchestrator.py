@@ -20,15 +20,17 @@ from fedclust.contract import (
     LOCAL_WEIGHTS,
     OPTIMIZER,
     ClientContext,
+    ClientSession,
     ClientUpdate,
     FederatedMethod,
     RoundContext,
     Stage,
+    missing_hooks,
 )
 from fedclust.data.client_data import FederatedData
 from fedclust.errors import FedclustError, NotFittedError
 from fedclust.federation.aggregate import WeightedSum, is_finite
-from fedclust.federation.client import as_optimizer_list, local_fit, to_cpu, to_device
+from fedclust.federation.client import as_optimizer_list, check_payload, local_fit, to_cpu, to_device
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.distributed import (
     all_reduce_sum,
@@ -64,6 +66,11 @@ class Orchestrator:
         self.fabric, self.method, self.data = fabric, method, data
         self.federation, self.seed = federation, seed
         self.callbacks = callbacks or []
+        missing = missing_hooks(method)
+        if missing:
+            raise FedclustError(f"{type(method).__name__} does not implement {', '.join(missing)}: every method "
+                                "implements stages and assign, and a method that trains training_step and "
+                                "configure_optimizers (fedclust/contract/method.py)")
         self.stages: list[Stage] = federation.schedule(method.stages())
         self.client_states: dict[int, dict[str, Any]] = {c: {} for c in range(data.num_clients)}
         self.progress = Progress()
@@ -184,16 +191,19 @@ class Orchestrator:
                 reset_optimizer(optimizer)
         client = ClientContext(client_id, ctx.stage, ctx.stage_index, ctx.round,
                                self.data.client(client_id, method.batch_size), state, self.seed)
-        method.ctx = client
-        method.on_client_start(client)
-        loss = local_fit(method, client, self.optimizers, self.fabric, ctx.stage.local_epochs)
-        method.eval()
-        if loss_is_usable(loss, ctx.stage):
-            payload = method.on_client_end(client)
-            key_weights = method.aggregation_weights(client)
-        else:  # diverged: its payload (local k-means on NaN features, ...) is never computed; run() rejects it
-            payload, key_weights = {}, None
-        method.ctx = None
+        method.session = ClientSession(client, self.optimizers)  # the one attribute the engine sets on a method
+        try:
+            method.on_client_start(client)
+            loss = local_fit(method, client, self.optimizers, self.fabric, ctx.stage.local_epochs)
+            method.eval()
+            if loss_is_usable(loss, ctx.stage):
+                payload = method.on_client_end(client)
+                check_payload(method, payload)
+                key_weights = method.aggregation_weights(client)
+            else:  # diverged: its payload (local k-means on NaN features, ...) is never computed; run() rejects it
+                payload, key_weights = {}, None
+        finally:
+            method.session = None
         weights = method.state_dict()
         local = {k: v for k, v in weights.items() if k not in self._communicated_set}
         if local:

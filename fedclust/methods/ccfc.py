@@ -35,13 +35,13 @@ from torch import Tensor, nn
 
 from fedclust.clustering.kmeans import assign_nearest, kmeans
 from fedclust.contract import (
-    LOCAL_WEIGHTS,
     ClientContext,
     ClientUpdate,
     DataInfo,
     FederatedMethod,
     RoundContext,
     Stage,
+    local_weights,
 )
 from fedclust.data.views import ColorViews, SimSiamViews28
 from fedclust.errors import NotFittedError
@@ -78,6 +78,8 @@ class CCFC(FederatedMethod):
         kmeans_niter: Lloyd iterations of the local and server k-means.
         kmeans_redo: Restarts of the local and server k-means (the best inertia is kept).
     """
+
+    payload_keys = ("centroids",)  # local k-means centroids
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28", latent_dim: int = 64,
                  projector_hidden: int = 256, predictor_hidden: int = 16, lam: float = 1.0,
@@ -209,9 +211,10 @@ class CCFC(FederatedMethod):
         shared = copy.deepcopy(self.state_dict())
         labels = torch.full((len(data),), -1, dtype=torch.long)  # -1: a client that never trained has no labels
         for cid, state in client_states.items():
-            if LOCAL_WEIGHTS not in state or cid not in self.client_maps:
+            own = local_weights(state)
+            if own is None or cid not in self.client_maps:
                 continue
-            self.load_state_dict(state[LOCAL_WEIGHTS], strict=False)
+            self.load_state_dict(own, strict=False)
             client = data.client(cid, self.batch_size)
             z = torch.cat([self.embed(x) for x in client.iter_all()])
             local = assign_nearest(z, state["centroids"].to(z), cosine=True)

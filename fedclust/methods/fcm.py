@@ -34,6 +34,8 @@ class FCM(CentralizedCentroids):
         n_init: Runs from different starts; the lowest objective J_m wins.
     """
 
+    payload_keys = ("centroids", "supports")  # local FCM centres and their supports
+
     baseline = "fuzzy c-means"
 
     def __init__(self, num_clusters: int | None = None, m: float = 2.0, max_iter: int = 1000, tol: float = 1e-4,

@@ -75,6 +75,8 @@ class FFCM(FederatedMethod):
             before (a cycle); 0 never stops on a cycle.
     """
 
+    payload_keys = ("centres", "supports")  # local FCM centres and their supports
+
     def __init__(self, num_clusters: int | None = None, m: float = 2.0, local_max_iter: int = 1000,
                  local_tol: float = 1e-4, server: Literal["avg", "kmeans"] = "avg", max_rounds: int = 1000,
                  tol: float = 1e-4, kmeans_niter: int = 500, kmeans_redo: int = 10, warm_start_after: int = 1,

@@ -44,6 +44,8 @@ class KFED(FederatedMethod):
         central_start: Whose centres seed the central step: "first" (official), "random", or a client id.
     """
 
+    payload_keys = ("centres",)  # local k-means centres
+
     def __init__(self, num_clusters: int | None = None, k_local: int | None = None,
                  labelling: Literal["local", "nearest"] = "local", niter: int = 300,
                  central_start: Literal["first", "random"] | int = "first"):

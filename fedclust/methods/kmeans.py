@@ -25,6 +25,8 @@ class KMeans(CentralizedCentroids):
         cosine: Spherical k-means (unit-norm centroids, cosine assignment).
     """
 
+    payload_keys = ("centroids",)  # local k-means centroids
+
     baseline = "kmeans"
 
     def __init__(self, num_clusters: int | None = None, niter: int = 300, nredo: int = 10, cosine: bool = False):

@@ -22,7 +22,7 @@ Choices, stated:
 - `synthetic_per_client` and `max_steps_per_epoch` exist only for budget runs (defaults: the paper).
 
 Privacy boundary: the synthetic images (payload "synthetic", n x C x H x W) are the only thing a client
-sends; no weights travel (communicated() is empty). Each client's GAN stays in its state (LOCAL_WEIGHTS).
+sends; no weights travel (communicated() is empty). Each client's GAN stays in its state (its local weights).
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from torch import Tensor
 from fedclust.clustering.fcm import fcm
 from fedclust.clustering.kmeans import assign_nearest, kmeans
 from fedclust.contract import (
-    LOCAL_WEIGHTS,
     ClientContext,
     ClientUpdate,
     DataInfo,
     FederatedMethod,
     RoundContext,
     Stage,
+    local_weights,
 )
 from fedclust.methods.families.gan_clients import GANClients
 from fedclust.nn.gan import init_gan_weights
@@ -81,6 +81,7 @@ class SDAFC(GANClients, FederatedMethod):
     """
 
     shares_synthetic_data = True
+    payload_keys = ("synthetic",)  # the GAN's synthetic samples, as the paper shares them
 
     def __init__(self, num_clusters: int | None = None, clusterer: Literal["kmeans", "fcm"] = "kmeans",
                  epochs: int = 50, batch_size: int = 64, lr_d: float = 2e-4, lr_g: float = 1.8e-3,
@@ -106,7 +107,7 @@ class SDAFC(GANClients, FederatedMethod):
 
     def on_client_start(self, ctx: ClientContext) -> None:
         super().on_client_start(ctx)
-        if self.hparams.independent_init and LOCAL_WEIGHTS not in ctx.state:
+        if self.hparams.independent_init and local_weights(ctx.state) is None:
             # the loaded global model is the server's untouched init; BatchNorm layers are at their init too
             init_gan_weights(self.gan, ctx.generator("init", device="cpu"))
 
@@ -154,9 +155,10 @@ def recluster(saved, clusterer: Literal["kmeans", "fcm"]) -> dict[str, float]:
     method.eval()
     stage, updates = method.stages()[0], []
     for cid, client_state in sorted(state["clients"].items()):
-        if LOCAL_WEIGHTS not in client_state:
+        own = local_weights(client_state)
+        if own is None:
             continue  # a client that failed in the one round sent nothing
-        method.load_state_dict(client_state[LOCAL_WEIGHTS], strict=False)
+        method.load_state_dict(own, strict=False)
         ctx = ClientContext(cid, stage, 0, 0, data.client(cid, method.batch_size), client_state, seed)
         updates.append(ClientUpdate(cid, len(ctx.data), method.on_client_end(ctx)))
     method.aggregate(None, updates, RoundContext(stage, 0, 0, seed))

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedclust.clustering.kmeans import assign_nearest, kmeans
-from fedclust.contract import LOCAL_WEIGHTS, ClientContext, DataInfo
+from fedclust.contract import ClientContext, DataInfo, local_weights
 from fedclust.data.views import ColorViews
 from fedclust.errors import ConfigError
 from fedclust.losses.contrastive import instance_contrastive_loss
@@ -103,10 +103,11 @@ class SingleSimCLR(ContrastiveClustering):
             client = data.client(cid, self.batch_size)
             state = client_states.get(cid, {})
             offset = cid * self.num_clusters
-            if LOCAL_WEIGHTS not in state or "centroids" not in state:
+            own = local_weights(state)
+            if own is None or "centroids" not in state:
                 labels[client.indices.cpu()] = offset  # not trained yet: one cluster
                 continue
-            self.load_state_dict(state[LOCAL_WEIGHTS], strict=False)
+            self.load_state_dict(own, strict=False)
             z = torch.cat([self.embed(x) for x in client.iter_all()])
             local = assign_nearest(z, state["centroids"].to(z), cosine=True)
             labels[client.indices.cpu()] = offset + local.cpu()

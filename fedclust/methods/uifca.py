@@ -71,6 +71,8 @@ class UIFCA(FederatedMethod):
         kfed_k_local: Local clusters of the k-FED initialisation (None: K).
     """
 
+    payload_keys = ("centres",)  # local k-means centres
+
     def __init__(self, num_clusters: int | None = None,
                  flow: Literal["affine", "affine_triangular", "planar", "realnvp"] = "affine",
                  masking: Literal["checkerboard", "cyclic"] = "cyclic", num_couplings: int = 8,

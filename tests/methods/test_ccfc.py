@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fedclust.contract import DataInfo
+from fedclust.contract import ClientSession, DataInfo
 from fedclust.methods import CCFC
 from tests.conftest import tiny_ccfc, tiny_data
 
@@ -37,7 +37,7 @@ def test_scfc_keeps_simsiam_in_the_cluster_stage():
         method.build(data.info)
         method.centroids = torch.randn(10, 16)
         ctx = cluster_stage_context(method, data)
-        method.ctx = ctx
+        method.session = ClientSession(ctx)
         method.on_client_start(ctx)
         assert (method._pseudo is not None) == expect_pseudo
 
@@ -101,7 +101,7 @@ def test_pseudo_labels_come_from_global_centroids():
     method.centroids = torch.eye(16)[:10]
     client = data.client(0, 64)
     ctx = ClientContext(0, Stage("cluster", 1), 1, 0, client, {}, 0)
-    method.ctx = ctx
+    method.session = ClientSession(ctx)
     method.on_client_start(ctx)
     with torch.no_grad():
         z = torch.cat([method.embed(x) for x in client.iter_all()])

@@ -1,8 +1,8 @@
 """Every registered method, run the same way (issue 12): 2 rounds on 2 tiny clients through fit().
 
-Asserted for each: the weights of a method that trains moved; only the method's communicated keys and small
-payloads reached the server; a second run with the same seed repeats the first exactly; a run stopped after
-round 1 and resumed ends exactly like the uninterrupted one."""
+Asserted for each: the weights of a method that trains moved; only the method's communicated keys and its
+declared payload keys (small summaries) reached the server; a second run with the same seed repeats the first
+exactly; a run stopped after round 1 and resumed ends exactly like the uninterrupted one."""
 
 import pytest
 import torch
@@ -46,6 +46,7 @@ def test_method_conforms(name, run_fit, server_inputs, tmp_path, monkeypatch):
     for _, averaged, updates in server_inputs:
         assert set(averaged or {}) <= communicated
         for update in updates:
+            assert set(update.payload) <= set(method.payload_keys), (name, sorted(update.payload))
             for key, value in update.payload.items():
                 sample_shaped = value.dim() > 0 and value.shape[0] >= update.num_samples
                 assert not sample_shaped or (key == "synthetic" and method.shares_synthetic_data), (name, key)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedclust.contract import DataInfo
+from fedclust.contract import ClientSession, DataInfo
 from fedclust.errors import ConfigError
 from fedclust.methods import FedCC, FedPNP
 from tests.helpers.tiny import INFO
@@ -74,12 +74,12 @@ def grads_after_one_step(method, x: torch.Tensor, train: bool) -> dict[str, torc
     method.train(train)
     method._augment_gen = torch.Generator().manual_seed(1)
     optimizer = torch.optim.SGD(method.parameters(), lr=0.0)
-    method._engine_optimizers = [optimizer]
+    method.session = ClientSession(ctx=None, optimizers=[optimizer])  # the engine's optimizer, no client
     optimizer.zero_grad()
     loss = method.training_step({"x": x}, 0)
     if method.automatic_optimization:
         loss.backward()
-    method._engine_optimizers = None
+    method.session = None
     return {n: p.grad.clone() for n, p in method.named_parameters()}
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedclust.contract import LOCAL_WEIGHTS, ClientContext, DataInfo, Stage
+from fedclust.contract import LOCAL_WEIGHTS, ClientContext, ClientSession, DataInfo, Stage
 from fedclust.errors import ConfigError
 from fedclust.methods import FedMCC
 from fedclust.methods.families.momentum import ema_update
@@ -54,18 +54,18 @@ def one_client(method, stage: str, data=None):
 
     data = data or build_federated_data(tiny_data(), torch.device("cpu"), 0)
     ctx = ClientContext(0, Stage(stage, 1), 1 if stage == "cluster" else 0, 0, data.client(0, 64), {}, 0)
-    method.ctx = ctx
+    method.session = ClientSession(ctx)  # as the engine lends it while a client trains
     method.on_client_start(ctx)
     return ctx, next(iter(ctx.data.batches(torch.Generator().manual_seed(0))))
 
 
 def step_with_engine_optimizer(method, batch):
     optimizer = method.configure_optimizers()
-    method._engine_optimizers = [optimizer]
+    method.session.optimizers = [optimizer]
     try:
         return method.training_step(batch, 0)
     finally:
-        method._engine_optimizers = None
+        method.session.optimizers = []
 
 
 def test_representation_step_moves_the_target_by_ema_of_the_new_online_weights():
@@ -137,7 +137,7 @@ def gradients_of_one_step(stage: str, chunk: int | None) -> dict[str, torch.Tens
         real_step()
 
     optimizer.step = step
-    method._engine_optimizers = [optimizer]
+    method.session.optimizers = [optimizer]
     method.training_step(batch, 0)
     return seen
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from fedclust.contract import LOCAL_WEIGHTS, ClientContext, DataInfo, Stage
+from fedclust.contract import LOCAL_WEIGHTS, ClientContext, ClientSession, DataInfo, Stage
 from fedclust.errors import ConfigError
 from fedclust.methods import FedUKMeans, FedUMCC
 from fedclust.methods.families.fedu import FedU, divergence, divergence_weights
@@ -120,8 +120,11 @@ def test_divergence_to_the_next_global_encoder_is_kept_as_an_option(shift, takes
 def test_clients_remember_what_the_next_round_needs(mode):
     from tests.helpers.tiny import build
 
-    orch = build(FedU(**{**TINY, "rounds": 2, "dapu_divergence": mode}), tiny_data(num_clients=2))
-    orch.method.assign = lambda x: torch.zeros(len(x), dtype=torch.long)  # FedU alone does not cluster
+    class FedUAlone(FedU):  # FedU is a family, not a method: it does not cluster
+        def assign(self, x):
+            return torch.zeros(len(x), dtype=torch.long)
+
+    orch = build(FedUAlone(**{**TINY, "rounds": 2, "dapu_divergence": mode}), tiny_data(num_clients=2))
     orch.run()
     state = orch.client_states[0]
     assert not math.isnan(state["divergence"]) and isinstance(state["global_predictor"], bool)
@@ -153,13 +156,12 @@ def test_fedu_mcc_cluster_stage_trains_g_c_with_fedmccs_adam():
     assert {id(p) for g in cluster.param_groups for p in g["params"]} == head
     assert not head & {id(p) for g in byol.param_groups for p in g["params"]}
     ctx = client_ctx({}, 0, stage="cluster")
-    method.ctx = ctx
+    method.session = ClientSession(ctx, [byol, cluster])  # as the engine lends it while a client trains
     method.on_client_start(ctx)
     assert method._lr == pytest.approx(3e-4)
-    method._engine_optimizers = [byol, cluster]
     before = [p.clone() for p in method.cluster_head.parameters()]
     method.training_step(next(iter(ctx.data.batches(torch.Generator().manual_seed(0)))), 0)
-    method._engine_optimizers = None
+    method.session = None
     assert cluster.state and not byol.state and cluster.param_groups[0]["lr"] == pytest.approx(3e-4)
     assert not all(torch.equal(a, b) for a, b in zip(before, method.cluster_head.parameters()))
     old = FedUMCC(**TINY, cluster_optimizer="sgd")

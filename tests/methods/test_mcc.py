@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedclust.contract import DataInfo
+from fedclust.contract import ClientSession, DataInfo
 from fedclust.errors import ConfigError
 from tests.conftest import tiny_data
 from tests.helpers.tiny import tiny_mcc
@@ -55,8 +55,8 @@ def test_loss_is_equation_6_the_sum_of_8_and_9():
     mcc.instance_loss = lambda *a: seen.setdefault("i", real_instance(*a))
     mcc.cluster_loss = lambda *a: seen.setdefault("c", real_cluster(*a))
     opt = mcc.configure_optimizers()
-    mcc._engine_optimizers = [opt]
+    mcc.session = ClientSession(ctx=None, optimizers=[opt])  # the engine's optimizer, no client
     mcc._own_gen = torch.Generator().manual_seed(0)
     loss = mcc.training_step(torch.rand(16, 1, 8, 8), 0)
-    mcc._engine_optimizers = None
+    mcc.session = None
     assert loss.item() == pytest.approx((seen["i"] + seen["c"]).item())

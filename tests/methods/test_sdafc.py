@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from fedclust.contract import LOCAL_WEIGHTS, ClientContext, ClientUpdate, DataInfo, RoundContext, Stage
+from fedclust.contract import LOCAL_WEIGHTS, ClientContext, ClientSession, ClientUpdate, DataInfo, RoundContext, Stage
 from fedclust.data.config import build_federated_data
 from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
@@ -72,7 +72,7 @@ def test_learning_rates_decay_by_099_per_epoch_and_adam_is_rebuilt():
     method = tiny_sdafc()
     method.build(data.info)
     opt_d, opt_g = method.configure_optimizers()
-    method._engine_optimizers = [opt_d, opt_g]
+    method.session = ClientSession(ctx=None, optimizers=[opt_d, opt_g])  # the engine's optimizers
     opt_d.state[next(iter(opt_d.param_groups[0]["params"]))] = {"step": torch.tensor(5.0)}
     for rnd, epoch, exponent in ((0, 0, 0), (0, 2, 2), (1, 1, 4)):  # 3 local epochs per round
         batches = method.client_batches(client_ctx(data, 0, rnd=rnd), epoch)

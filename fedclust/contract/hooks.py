@@ -1,0 +1,114 @@
+"""The optional hooks of the method contract, each with the default that most methods want.
+
+A method overrides only the hooks its paper needs; tests/test_contract_hooks.py runs a toy method through
+each one. Where a hook is called in a round:
+
+    server: on_round_start(round) -> for each client:
+        client: load global weights (+ the client's own keys) -> on_client_start(ctx)
+                -> E epochs of training_step over client_batches(ctx, epoch) -> on_client_end(ctx) -> payload
+                -> aggregation_weights(ctx)
+    server: aggregate(averaged weights, updates, round) -> the new global model and server_state()
+    evaluation: predict(data, client states) (default: assign per batch), embed(x), metric_groups(data)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from fedclust.contract.context import ClientContext, ClientUpdate, RoundContext
+from fedclust.data.info import DataInfo
+
+if TYPE_CHECKING:
+    from fedclust.data.client_data import FederatedData
+
+
+class OptionalHooks:
+    """Hooks with defaults. Mixed into FederatedMethod (a torch module), whose state dict they use."""
+
+    # Keys the method's on_client_end may return: the engine refuses any other (a payload crosses the
+    # privacy boundary, so it is declared, like the communicated weights).
+    payload_keys: ClassVar[tuple[str, ...]] = ()
+
+    # True only for methods whose paper shares synthetic samples (SDA-FC, PPFC-GAN): they may send a
+    # sample-shaped payload, under the key "synthetic" and no other (tests/methods/test_privacy_boundary.py).
+    shares_synthetic_data: ClassVar[bool] = False
+
+    # --- set-up -------------------------------------------------------------------------------
+    def build(self, info: DataInfo) -> None:
+        """Create the networks for this data; called once before the first round (the input shape is
+        known only then). The default only fills num_clusters from the data's classes."""
+        if self.num_clusters is None:
+            self.num_clusters = info.num_classes
+
+    def validate(self, info: DataInfo, num_clients: int) -> None:
+        """Raise ConfigError for requests this method cannot serve (before any work)."""
+
+    def local_clusters(self) -> int | None:
+        """Clusters each client computes from its own samples (CCFC's, k-FED's local k-means): every client
+        must hold at least this many samples, checked before any work. None: no local clustering."""
+        return None
+
+    # --- communication --------------------------------------------------------------------------
+    def communicated(self) -> list[str]:
+        """State-dict keys that travel to the server and are averaged; the rest stays on the client."""
+        return list(self.state_dict().keys())
+
+    # --- the round ------------------------------------------------------------------------------
+    def on_round_start(self, ctx: RoundContext) -> None:
+        """Server side, once per round, with the global weights loaded (e.g. snapshot the global model)."""
+
+    def on_client_start(self, ctx: ClientContext) -> None:
+        """Client side, with the global weights (and this client's local keys) loaded."""
+
+    def client_batches(self, ctx: ClientContext, epoch: int) -> Iterable[Any]:
+        """The batches of one local epoch (default: the client's data, shuffled by a seeded generator).
+        Methods that sample differently (UIFCA: M steps, one batch per cluster set) override this."""
+        return ctx.data.batches(ctx.generator(f"shuffle-{epoch}", device="cpu"))
+
+    def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
+        """Client side, after local training: the payload to send (local centroids, ...), keyed by
+        `payload_keys`."""
+        return {}
+
+    def aggregation_weights(self, ctx: ClientContext) -> dict[str, float] | None:
+        """Client side: FedAvg weights per state-dict key prefix for this client's update (UIFCA weights
+        cluster model k by the client's count of samples assigned to k; weight 0 leaves a key out).
+        None: every communicated key is weighted by the client's sample count."""
+        return None
+
+    def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
+                  ctx: RoundContext) -> None:
+        """Server side: turn the averaged weights and the payloads into the new global state
+        (default: FedAvg, the averaged weights become the global model)."""
+        if averaged:
+            self.load_state_dict(averaged, strict=False)
+
+    # --- server state, saved in checkpoints -----------------------------------------------------
+    def server_state(self) -> dict[str, Any]:
+        """Global state that is not in the state dict (global centroids, mappings)."""
+        return {}
+
+    def load_server_state(self, state: dict[str, Any]) -> None:
+        """Restore what server_state returned (resume, evaluate)."""
+
+    # --- evaluation -----------------------------------------------------------------------------
+    def embed(self, x: Tensor) -> Tensor:
+        """Representations of a batch under the global model (default: the flattened input)."""
+        return x.flatten(1)
+
+    def metric_groups(self, data: FederatedData) -> Tensor | None:
+        """None (default): the metrics score one labelling of every sample. A group id per sample (-1: not
+        scored) makes them the mean over groups of each group's metrics (FedPNP's Single-Training reports
+        the mean over clients of each client's own clustering)."""
+        return None
+
+    @torch.no_grad()
+    def predict(self, data: FederatedData, client_states: dict[int, dict[str, Any]]) -> Tensor:
+        """Cluster ids of every sample of `data`. The default labels each sample with `assign`;
+        methods whose paper labels a point through its client (k-FED) override this."""
+        self.eval()
+        return torch.cat([self.assign(batch) for batch in data.iter_all()])
