@@ -9,7 +9,7 @@ Every run is an ordinary `fedclust fit` in benchmarks/runs/whole/NAME that check
 session goes on in the next one from its last checkpoint. Settings are each config's (the papers') with
 the data set switched to the Fashion-MNIST test split, as named per run below; `report` writes
 benchmarks/results/whole_schedule_fmnist_test.md (final metrics, the papers' cells, NMI per round) and
-benchmarks/results/whole_schedule_fmnist_test.html (`fedclust compare` over the finished runs).
+benchmarks/results/whole_schedule_fmnist_test.html (`fedclust compare` over every started run).
 """
 
 from __future__ import annotations
@@ -140,9 +140,9 @@ def report() -> None:
     out = RESULTS / "whole_schedule_fmnist_test.md"
     out.write_text("\n".join(lines))
     print(out)
-    finished = [str(WHOLE / n) for n in RUNS_BY_NAME if (WHOLE / n / "final.json").exists()]
-    if finished:
-        subprocess.run(["fedclust", "compare", *finished, "--output",
+    started = [str(WHOLE / n) for n in RUNS_BY_NAME if _metrics(WHOLE / n)]  # unfinished runs show their curve so far
+    if started:
+        subprocess.run(["fedclust", "compare", *started, "--output",
                         str(RESULTS / "whole_schedule_fmnist_test.html")], check=True, cwd=ROOT)
 
 
