@@ -27,7 +27,8 @@ def run_fit(tmp_path):
     from fedclust.fit import fit
 
     def _run(method, data=None, federation=None, folder="run", **kw):
-        return fit(method, data or tiny_data(), federation or FederationConfig(), FabricConfig(accelerator="cpu"),
+        fabric = kw.pop("fabric", None) or FabricConfig(accelerator="cpu")
+        return fit(method, data or tiny_data(), federation or FederationConfig(), fabric,
                    run_dir=str(tmp_path / folder), progress=False, **kw)
 
     return _run

@@ -35,3 +35,27 @@ def test_training_step_and_load_keep_the_layout():
     net.load_state_dict({k: v.contiguous() for k, v in ConvNet28(1, 28).state_dict().items()})
     conv = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1)
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_fit_option_runs_a_conv_method_in_channels_last_with_the_same_metrics(run_fit, tmp_path, monkeypatch):
+    """`--fabric.memory_format channels_last`: the run's convolutions see NHWC inputs; the metrics equal the
+    default layout's up to float rounding."""
+    from fedclust.fit import FabricConfig
+    from tests.helpers.tiny import tiny_method_and_data
+
+    seen = []
+    real = torch.nn.Conv2d.forward
+
+    def spy(self, x):
+        seen.append(x.is_contiguous(memory_format=torch.channels_last) and x.shape[1] > 1)
+        return real(self, x)
+
+    monkeypatch.setattr(torch.nn.Conv2d, "forward", spy)
+    results = {}
+    for layout in ("contiguous", "channels_last"):
+        method, data = tiny_method_and_data("ClusterGANFedAvg", tmp_path / "data")
+        seen.clear()
+        results[layout] = run_fit(method, data=data, folder=layout, seed=1,
+                                  fabric=FabricConfig(accelerator="cpu", memory_format=layout))
+        assert any(seen) == (layout == "channels_last")
+    assert results["channels_last"] == pytest.approx(results["contiguous"], abs=1e-4, nan_ok=True)
