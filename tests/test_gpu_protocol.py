@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -18,6 +20,7 @@ def _protocol(runs: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # several processes, each importing torch: 35-100 s here; CI runs -m slow
 def test_parts_are_time_boxed_resumable_and_reported(tmp_path):
     runs = tmp_path / "runs"
     first = _protocol(runs, "run", "ccfc_p0", "--tiny", "--budget", "6")  # cut off early

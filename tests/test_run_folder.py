@@ -22,6 +22,7 @@ def test_two_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
     b.release()
 
 
+@pytest.mark.slow  # several processes, each importing torch: 35-100 s here; CI runs -m slow
 def test_a_folder_held_by_a_live_run_is_refused_and_freed_when_it_ends(tmp_path):
     held = run_folder.claim(str(tmp_path), "x", str(tmp_path / "run"))
     code = ("import sys; from fedclust import run_folder; from fedclust.errors import ConfigError\n"
@@ -33,6 +34,7 @@ def test_a_folder_held_by_a_live_run_is_refused_and_freed_when_it_ends(tmp_path)
     assert subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")]).returncode == 0
 
 
+@pytest.mark.slow  # several processes, each importing torch: 35-100 s here; CI runs -m slow
 def test_two_processes_started_on_one_name_never_share_a_folder(tmp_path):
     """Both start at once with the same --run_dir: one runs, the other is refused with one sentence."""
     argv = [sys.executable, "-m", "fedclust", "fit", "--config", "quickstart", "--federation.rounds", "2",

@@ -33,6 +33,7 @@ def test_unknown_override_stops_the_sweep_before_anything_runs(tmp_path, capsys)
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow  # several processes, each importing torch: 35-100 s here; CI runs -m slow
 def test_sweep_runs_skips_resumes_and_keeps_incomplete_folders(tmp_path):
     root = tmp_path / "sweep"
     grid = [*DIGITS, "seed=1,2"]

@@ -42,6 +42,7 @@ def fit(tmp_path, config: dict, name: str, devices: int) -> tuple[dict, dict]:
     return final, load_checkpoint(run / "checkpoints" / "last.ckpt")
 
 
+@pytest.mark.slow  # several processes, each importing torch: 35-100 s here; CI runs -m slow
 @pytest.mark.parametrize("config,name", [(CCFC, "ccfc"), (KFED, "kfed")])
 def test_two_processes_equal_one(tmp_path, config, name):
     one, ckpt_one = fit(tmp_path, config, name, 1)
