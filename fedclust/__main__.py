@@ -8,7 +8,9 @@
     fedclust configs                                                   (the packaged configs)
 
 Only the subcommand that runs builds its parser (fedclust/parsers.py), which imports torch and Lightning;
-`fedclust --help`, `--version`, `configs` and errors in the config file itself answer without them.
+`fedclust --help`, `--version`, `configs` answer without them, and so does bad input: fedclust/precheck.py
+checks the arguments and YAML configs against fedclust/cli_schema.json first (the real parser still parses
+every command that passes).
 Every user error is one line on stderr and exit code 2.
 """
 
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             _emit(list_configs())
             return 0
         argv = expand_config_args(_resume_argv(argv))
+        from fedclust import precheck
+
+        precheck.check(command, argv[1:])  # bad input refused here, before torch (see fedclust/precheck.py)
         return run(command, argv[1:])
     except FedclustError as error:
         print(f"fedclust: error: {error}", file=sys.stderr)
