@@ -26,7 +26,9 @@ def one_sentence(message: str, parser=None) -> str:
     if unknown and parser is not None:
         key = unknown.group(1).split("=", 1)[0]
         return f"{key} is not an option (closest: {nearest(key, _options(parser))}; --help lists them all)."
-    path = re.search(r'Parser key "method".*?(?:dot import path string|class_path)[^:]*: \'?([\w.]+)\'?', text)
+    path = (re.search(r'Parser key "method".*?dot import path string: \'?([\w.]+)\'?', text)
+            or re.search(r"Parser key \"method\".*?class_path '([\w.]+)': *(?:No module named|module '[\w.]+' has no "
+                         r"attribute|.*not a subclass)", text))
     option = re.search(r"class_path '([\w.]+)': Option '(\w+)' is not accepted", text)
     if option:
         cls = _resolve(option.group(1))
@@ -44,15 +46,37 @@ def one_sentence(message: str, parser=None) -> str:
         names = [n.strip() for n in required.group(1).split(",")]
         hint = " (e.g. --config quickstart; `fedclust configs` lists the packaged configs)" if "method" in names else ""
         return f"{', '.join('--' + n for n in names)} is required{hint}."
-    literal = re.match(r'Parser key "([\w.]+)": Expected a typing\.Literal\[(.*)\]\. Got value: (.*)', text)
-    if literal:
-        choices = [c.strip().strip("'\"") for c in literal.group(2).split(",")]
-        return (f"{literal.group(1)} = '{literal.group(3)}' is not valid: one of {', '.join(choices)} "
-                f"(closest: {nearest(literal.group(3), choices)}).")
+    field = _field(text)
+    literal = re.search(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)$", text)
+    if field and literal:
+        choices = [c.strip().strip("'\"") for c in literal.group(1).split(",")]
+        return (f"{field} = '{literal.group(2)}' is not valid: one of {', '.join(choices)} "
+                f"(closest: {nearest(literal.group(2), choices)}).")
+    single = re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)$", text)
+    union = re.search(r"Subtypes: \[(.*?)\].*Given value: (.*)$", text)
+    if field and (single or union):
+        kinds = re.findall(r"<class '(\w+)'>", union.group(1)) if union else [single.group(1)]
+        valid = " or ".join(dict.fromkeys(_TYPE_WORDS.get(k, k) for k in kinds))
+        return f"{field} = '{(union or single).group(2)}' is not valid: {valid}."
     key = re.match(r'Parser key "([\w.]+)": (.*)', text)
     if key:
         return f"{key.group(1)}: {key.group(2)}"
     return text
+
+
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+               "NoneType": "null", "dict": "a mapping ({key: value, ...})", "tuple": "a list ([...])",
+               "list": "a list ([...])"}
+
+
+def _field(text: str) -> str | None:
+    """The dotted field a jsonargparse error is about; a method's init argument as method.init_args.NAME."""
+    keys = re.findall(r'Parser key "([\w.]+)"', text)
+    if not keys:
+        return None
+    if keys[0] == "method" and len(keys) > 1 and "Problem with given class_path" in text:
+        return f"method.init_args.{keys[-1]}"
+    return keys[-1]
 
 
 def _resolve(dotted: str):
