@@ -282,3 +282,21 @@ def test_the_schema_is_up_to_date():
                           timeout=600)
     assert proc.returncode == 0, (f"fedclust/cli_schema.json is stale: run `{cli_schema.REFRESH}` and commit it "
                                   f"({proc.stderr.strip()[-500:]})")
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--data.p", "abc"], "data.p = 'abc' is not valid: a number."),
+    (["--method.init_args.lam", "abc"], "method.init_args.lam = 'abc' is not valid: a number."),
+    (["--method.init_args.num_clusters", "None"], "method.init_args.num_clusters = 'None' is not valid: an integer "
+                                                  "or null."),
+    (["--method.init_args.augment", "colr"], "(closest: color)"),
+    (["--method.init_args.lamm", "3"], "closest: lam"),
+])
+def test_the_real_parsers_errors_read_the_same_way(capsys, monkeypatch, argv, needle):
+    """What the precheck leaves to the real parser (or a process that skips it) still ends in one house-style line."""
+    from fedclust.__main__ import main
+
+    monkeypatch.setattr(precheck, "check", lambda command, args: None)
+    assert main(["fit", "--config", "quickstart", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
