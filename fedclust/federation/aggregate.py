@@ -12,7 +12,10 @@ from torch import Tensor
 class WeightedSum:
     """Running sum of weight * state for the communicated keys, normalised by the total weight per key.
 
-    Integer buffers (BatchNorm's num_batches_tracked) are averaged in float and rounded back."""
+    The sums live in one contiguous float64 buffer allocated at the first client (``sums[key]`` are views
+    of it) and every later client is added in place (``add_(value, alpha=weight)``: no float64 copy of the
+    client's state, no new tensor per key), which is what keeps a round of many small clients cheap.
+    Integer buffers (BatchNorm's num_batches_tracked) are summed in float64 too and rounded back."""
 
     def __init__(self) -> None:
         self.sums: dict[str, Tensor] = {}
@@ -20,20 +23,37 @@ class WeightedSum:
         self.dtypes: dict[str, torch.dtype] = {}
         self.count = 0
 
+    @torch.no_grad()
     def add(self, state: dict[str, Tensor], weight: float, key_weights: dict[str, float] | None = None) -> None:
         """Fold one client's state in. key_weights overrides the weight for keys starting with a prefix
         (UIFCA weights cluster model k by the client's count of samples assigned to k)."""
+        weights = {key: _weight_for(key, weight, key_weights) for key in state}
+        if not self.sums:
+            self._allocate({k: v for k, v in state.items() if weights[k] != 0})
         for key, value in state.items():
-            w = _weight_for(key, weight, key_weights)
+            w = weights[key]
             if w == 0:
                 continue
-            contribution = value.detach().double() * w
             if key in self.sums:
-                self.sums[key] += contribution
+                self.sums[key].add_(value.detach(), alpha=w)
                 self.totals[key] += w
-            else:
-                self.sums[key], self.totals[key], self.dtypes[key] = contribution, w, value.dtype
+            else:  # a key the first clients did not weigh: a tensor of its own
+                self.sums[key], self.totals[key], self.dtypes[key] = value.detach().double() * w, w, value.dtype
         self.count += 1
+
+    def _allocate(self, state: dict[str, Tensor]) -> None:
+        """Zeroed float64 sums for these keys: views of one buffer when they share a device."""
+        if not state:
+            return
+        devices = {v.device for v in state.values()}
+        if len(devices) == 1:
+            flat = torch.zeros(sum(v.numel() for v in state.values()), dtype=torch.float64, device=devices.pop())
+            views = flat.split([v.numel() for v in state.values()])
+            zeros = {key: view.view(v.shape) for view, (key, v) in zip(views, state.items())}
+        else:
+            zeros = {key: torch.zeros(v.shape, dtype=torch.float64, device=v.device) for key, v in state.items()}
+        for key, value in state.items():
+            self.sums[key], self.totals[key], self.dtypes[key] = zeros[key], 0.0, value.dtype
 
     def average(self) -> dict[str, Tensor]:
         out = {}
@@ -57,7 +77,15 @@ def _weight_for(key: str, weight: float, key_weights: dict[str, float] | None) -
 
 def is_finite(*states: dict[str, Tensor]) -> bool:
     """True when every floating tensor of the given states/payloads is finite (non-finite updates are left
-    out). One device sync per call, not one per tensor."""
-    checks = [torch.isfinite(v).all() for state in states for v in state.values()
-              if isinstance(v, Tensor) and v.is_floating_point()]
-    return bool(torch.stack(checks).all().item()) if checks else True
+    out). One device sync per call, not one per tensor.
+
+    Checked through each tensor's sum: a NaN or an infinity anywhere makes the sum non-finite, and a sum is
+    far cheaper than an elementwise isfinite over the whole model; only a tensor whose sum is not finite
+    (possibly an overflow of finite values) gets the elementwise check."""
+    tensors = [v for state in states for v in state.values() if isinstance(v, Tensor) and v.is_floating_point()]
+    if not tensors:
+        return True
+    sums = torch.isfinite(torch.stack([t.detach().sum().to(torch.float64) for t in tensors]))
+    if bool(sums.all().item()):
+        return True
+    return all(bool(torch.isfinite(tensors[i]).all().item()) for i in (~sums).nonzero().flatten().tolist())
