@@ -119,7 +119,7 @@ class CCFC(FederatedMethod):
         return [] if self.hparams.standalone else super().communicated()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, foreach=True)
 
     # --- client ------------------------------------------------------------------------------------
     def on_round_start(self, ctx: RoundContext) -> None:

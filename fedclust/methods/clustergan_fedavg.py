@@ -121,8 +121,10 @@ class ClusterGANFedAvg(FederatedMethod):
                   list(self.generator.parameters()) + list(self.encoder.parameters()))
         decay = (0.0, hp.weight_decay)
         if hp.optimizer == "adam":
-            return [torch.optim.Adam(p, lr=lr, betas=tuple(hp.betas), weight_decay=d) for p, d in zip(groups, decay)]
-        return [torch.optim.SGD(p, lr=lr, momentum=hp.momentum, weight_decay=d) for p, d in zip(groups, decay)]
+            return [torch.optim.Adam(p, lr=lr, betas=tuple(hp.betas), weight_decay=d, foreach=True)
+                    for p, d in zip(groups, decay)]
+        return [torch.optim.SGD(p, lr=lr, momentum=hp.momentum, weight_decay=d, fused=True)
+                for p, d in zip(groups, decay)]
 
     # --- client ------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:

@@ -62,7 +62,7 @@ class FedUMCC(MomentumClusterStage, FedU):
         head = list(self.cluster_head.parameters())
         ids = {id(p) for p in head}
         byol = self.byol_optimizer_for([p for p in self.online_parameters() if id(p) not in ids])
-        cluster = (torch.optim.Adam(head, lr=hp.cluster_lr) if hp.cluster_optimizer == "adam"
+        cluster = (torch.optim.Adam(head, lr=hp.cluster_lr, foreach=True) if hp.cluster_optimizer == "adam"
                    else self.byol_optimizer_for(head))
         return [byol, cluster]
 

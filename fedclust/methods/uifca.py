@@ -134,7 +134,7 @@ class UIFCA(FederatedMethod):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
         make = torch.optim.SGD if hp.optimizer == "sgd" else torch.optim.Adam
-        return make(self.flows.parameters(), lr=hp.lr)
+        return make(self.flows.parameters(), lr=hp.lr, foreach=True)
 
     # --- server ---------------------------------------------------------------------------------------
     def on_round_start(self, ctx: RoundContext) -> None:

@@ -104,7 +104,7 @@ class ContrastiveClustering(FederatedMethod):
         return [Stage("train", self.hparams.rounds, self.hparams.local_epochs)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, foreach=True)
 
     # --- training ------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:

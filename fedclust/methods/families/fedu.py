@@ -169,8 +169,9 @@ class FedU(FederatedMethod):
     def byol_optimizer_for(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
         hp = self.hparams
         if hp.optimizer == "adam":
-            return torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay)
-        return torch.optim.SGD(params, lr=hp.lr, momentum=hp.sgd_momentum, weight_decay=hp.weight_decay)
+            return torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay, foreach=True)
+        return torch.optim.SGD(params, lr=hp.lr, momentum=hp.sgd_momentum, weight_decay=hp.weight_decay,
+                               fused=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer | list[torch.optim.Optimizer]:
         return self.byol_optimizer_for(self.online_parameters())

@@ -33,8 +33,8 @@ class GANClients:
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         hp = self.hparams
         betas = tuple(hp.betas)
-        return [torch.optim.Adam(self.gan.discriminator.parameters(), lr=hp.lr_d, betas=betas),
-                torch.optim.Adam(self.gan.generator.parameters(), lr=hp.lr_g, betas=betas)]
+        return [torch.optim.Adam(self.gan.discriminator.parameters(), lr=hp.lr_d, betas=betas, foreach=True),
+                torch.optim.Adam(self.gan.generator.parameters(), lr=hp.lr_g, betas=betas, foreach=True)]
 
     def client_batches(self, ctx: ClientContext, epoch: int):
         # The engine has no scheduler hook, and it calls this at the start of every local epoch: the epoch's

@@ -203,7 +203,7 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         return [p for name, p in self.named_parameters() if not name.startswith(TARGET)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.online_parameters(), lr=self.hparams.lr)
+        return torch.optim.Adam(self.online_parameters(), lr=self.hparams.lr, foreach=True)
 
     # --- training ------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:
