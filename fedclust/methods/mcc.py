@@ -30,7 +30,8 @@ from fedclust.contract import DataInfo, Stage
 from fedclust.data.views import two_views
 from fedclust.errors import ConfigError
 from fedclust.methods.families.contrastive import batch_inputs
-from fedclust.methods.families.momentum import MomentumContrastiveClustering, backward, ema_update
+from fedclust.methods.families.momentum import MomentumContrastiveClustering, backward
+from fedclust.nn.ema import ema_update
 
 
 class MCC(MomentumContrastiveClustering):

@@ -27,3 +27,9 @@ def mlp_head(in_dim: int, hidden: int, out_dim: int, softmax: bool = False) -> n
     if softmax:
         layers.append(nn.Softmax(dim=1))
     return nn.Sequential(*layers)
+
+
+def byol_mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    """BYOL's projector / predictor: Linear + BN + ReLU + Linear."""
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
+                         nn.Linear(hidden, out_dim))

@@ -7,7 +7,7 @@ from torch import nn
 from fedclust.contract import LOCAL_WEIGHTS, ClientContext, ClientSession, DataInfo, Stage
 from fedclust.errors import ConfigError
 from fedclust.methods import FedMCC
-from fedclust.methods.families.momentum import ema_update
+from fedclust.nn.ema import ema_update
 from tests.conftest import tiny_data
 from tests.helpers.tiny import tiny_fedmcc
 

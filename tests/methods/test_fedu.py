@@ -6,7 +6,8 @@ import torch
 from fedclust.contract import LOCAL_WEIGHTS, ClientContext, ClientSession, DataInfo, Stage
 from fedclust.errors import ConfigError
 from fedclust.methods import FedUKMeans, FedUMCC
-from fedclust.methods.families.fedu import FedU, divergence, divergence_weights
+from fedclust.methods.families.dapu import divergence, divergence_weights
+from fedclust.methods.families.fedu import FedU
 from tests.conftest import tiny_data
 from tests.helpers.tiny import FEDU_TINY as TINY
 

@@ -49,38 +49,11 @@ from fedclust.data.views import two_views
 from fedclust.errors import ConfigError
 from fedclust.losses.byol import byol_loss
 from fedclust.methods.families.contrastive import batch_inputs
-from fedclust.methods.families.momentum import (
-    TARGET,
-    check_common,
-    ema_update,
-    frozen_copy,
-    make_views,
-)
+from fedclust.methods.families.dapu import divergence, divergence_weights
+from fedclust.methods.families.momentum import TARGET, check_common, make_views
 from fedclust.nn.backbones import build_backbone
-
-
-def byol_mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
-    """BYOL's projector / predictor: Linear + BN + ReLU + Linear."""
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
-                         nn.Linear(hidden, out_dim))
-
-
-def divergence_weights(encoder: nn.Module) -> list[str]:
-    """State-dict names of the weights DAPU compares: parameters named "conv" and "weight" (EasyFL's rule);
-    for a backbone without such names, its Conv2d weights, else its Linear weights."""
-    named = [n for n, _ in encoder.named_parameters() if "conv" in n and "weight" in n]
-    if named:
-        return named
-    convs = [n for n, m in encoder.named_modules() if isinstance(m, nn.Conv2d)]
-    names = convs or [n for n, m in encoder.named_modules() if isinstance(m, nn.Linear)]
-    return [f"{n}.weight" for n in names]
-
-
-def divergence(local: dict[str, Tensor], global_: dict[str, Tensor]) -> float:
-    """Mean over the given weight tensors of the L2 norm of their difference (EasyFL's torch.dist mean),
-    computed on the device of `local`."""
-    dists = [torch.linalg.vector_norm(v.float() - global_[k].to(v.device).float()) for k, v in local.items()]
-    return float(torch.stack(dists).mean())
+from fedclust.nn.ema import ema_update, frozen_copy
+from fedclust.nn.heads import byol_mlp
 
 
 class FedU(FederatedMethod):

@@ -5,7 +5,6 @@ sources are in fedclust/methods/fedmcc.py's docstring."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -18,24 +17,12 @@ from fedclust.errors import ConfigError
 from fedclust.losses.contrastive import cluster_entropy, nt_xent
 from fedclust.methods.families.contrastive import batch_inputs
 from fedclust.nn.backbones import build_backbone
+from fedclust.nn.ema import ema_update, frozen_copy
 from fedclust.nn.heads import mlp_head
 from fedclust.nn.memory_efficient import chunked_backward
 
 TARGET = "target_"  # prefix of every target-network module: never communicated
 CC_VIEW_SIZE = 224  # CC's blur is defined on 224 x 224 views; other view sizes get it scaled
-
-
-def frozen_copy(module: nn.Module) -> nn.Module:
-    """A copy without gradients: a target network starts as its online twin (BYOL)."""
-    return copy.deepcopy(module).requires_grad_(False)
-
-
-@torch.no_grad()
-def ema_update(target: nn.Module, online: nn.Module, decay: float) -> None:
-    """P(target) <- m P(target) + (1 - m) P(online) for every parameter (Section II-B)."""
-    t, o = list(target.parameters()), list(online.parameters())
-    torch._foreach_mul_(t, decay)
-    torch._foreach_add_(t, o, alpha=1.0 - decay)
 
 
 def make_views(augment: str, crop_scale: Sequence[float], color_strength: float = 0.5, blur: bool = False):
