@@ -3,7 +3,7 @@
 The JSON is read off the real jsonargparse parsers (fedclust/parsers.py) and the method classes, so it says
 exactly what they accept: every option with its type hint and nargs, the keys of the data / federation /
 fabric groups, the base class `--method` takes, and each method class's init arguments as jsonargparse
-resolves them (`**kwargs` followed into a parent's `__init__`, as for FedUKMeans). fedclust/precheck.py
+resolves them (`**kwargs` followed into a parent's `__init__`, as for FedUKMeans). fedclust/precheck/
 checks a command line and its YAML configs against it before the real parser (and torch, Lightning, every
 method) is imported.
 
@@ -19,6 +19,10 @@ syntax could. The price is a file to refresh, which is guarded twice:
   training code does not make it stale, while a new init argument, type or default does. At run time the
   precheck recomputes it before refusing anything (about 0.1 s) and, when it differs, refuses nothing and lets
   the real parser decide: a stale schema can cost speed, never a valid command.
+
+Value options keep their default (when it is plain JSON) and each method class the init arguments that
+check_hparams sees (`checked`), so the precheck can run the value checks that need no data (ranges of data.p,
+federation.fraction, learning rates, ...: fedclust/precheck/ranges.py) on the values a run would get.
 
 Type hints are stored as small JSON specs: "int", "float", "bool", "str", "none", "any", {"literal": [...]},
 {"union": [...]}, {"list": spec}, {"tuple": [spec, ...]}, {"tuple_of": spec}, {"dict": [key, value]}. A hint
@@ -182,8 +186,14 @@ def _option(action) -> dict:
         return {"kind": "method", "required": bool(action.required)}
     if kind == "ActionTypeHint" or isinstance(action, (argparse._StoreAction, argparse._AppendAction)):
         spec = spec_of(hint) if kind == "ActionTypeHint" else spec_of(action.type)
-        return {"kind": "value", "type": spec, "nargs": action.nargs, "required": bool(action.required),
-                "append": isinstance(action, argparse._AppendAction)}
+        option = {"kind": "value", "type": spec, "nargs": action.nargs, "required": bool(action.required),
+                  "append": isinstance(action, argparse._AppendAction)}
+        try:  # the value a setting takes when no config or option gives it (the precheck's range checks need it)
+            if action.default is not argparse.SUPPRESS and json.loads(json.dumps(action.default)) == action.default:
+                option["default"] = action.default
+        except (TypeError, ValueError):
+            pass
+        return option
     return {"kind": "other"}  # the precheck steps aside when it meets one
 
 
@@ -215,6 +225,21 @@ def _class_params(cls) -> dict:
     for head in set(nested):  # a nested group (a dataclass or class argument): its keys are not judged
         params[head] = "any"
     return dict(sorted(params.items()))
+
+
+def _checked(cls, params: dict) -> list[str]:
+    """The init arguments that fedclust.federation.setup.check_hparams sees in `method.hparams` (those the
+    class saves with save_hyperparameters), found on an instance built with the defaults; [] when it cannot be
+    built so or saves none (KFED, KMeans, FCM, FFCM): the precheck range-checks only these."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            saved = dict(getattr(cls(), "hparams", {}))
+    except Exception:  # noqa: BLE001  (a class that needs arguments: nothing is judged)
+        return []
+    return sorted(p for p in params if p in saved)
 
 
 def _source(obj) -> str | None:
@@ -262,11 +287,13 @@ def generate() -> dict:
     names: dict[str, list[str]] = {}
     for cls in [base, *_subclasses(base)]:
         names.setdefault(cls.__name__, []).append(f"{cls.__module__}.{cls.__qualname__}")
-        classes[cls.__name__] = {"path": f"{cls.__module__}.{cls.__qualname__}", "params": _class_params(cls)}
+        params = _class_params(cls)
+        classes[cls.__name__] = {"path": f"{cls.__module__}.{cls.__qualname__}", "params": params,
+                                 "checked": _checked(cls, params)}
         sources |= {_source(c) for c in cls.__mro__}
     clashes = {n: paths for n, paths in names.items() if len(paths) > 1}
     for name in clashes:  # two classes of one name: the precheck cannot tell which a config means
-        classes[name] = {"path": None, "params": None}
+        classes[name] = {"path": None, "params": None, "checked": []}
     sources.discard(None)
     packages = {rel.rsplit("/", 1)[0] + "/__init__.py" for rel in sources if "/" in rel}
     sources |= {rel for rel in packages if (PACKAGE_DIR / rel).is_file()}

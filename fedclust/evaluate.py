@@ -17,7 +17,7 @@ from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import load_dataset
 from fedclust.errors import ConfigError
 from fedclust.probes import ProbeData, knn_accuracy, linear_probe, probe_data
-from fedclust.probes.knn import check_ks
+from fedclust.run_checks import check_evaluate_settings, check_ks
 from fedclust.run_folder import check_writable, load_run, write_assignments, write_output
 
 
@@ -44,10 +44,7 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
             client's imbalance ratio: its largest class over its smallest present one) and the mean over
             clients; written to RUN/evaluate_per_client.json. Needs split "same" (the run's own clients).
     """
-    if per_client and (split != "same" or data_name is not None):
-        raise ConfigError("per_client", True, 'split "same" without data_name (the clients are the run\'s own)')
-    if knn is not None:
-        check_ks(knn)  # before loading anything; k larger than the train split is checked once it is known
+    check_evaluate_settings(split, data_name, per_client, knn)  # before loading anything (also in fedclust.precheck)
     folder = Path(run)
     if output:
         check_writable(Path(output), "output")  # before any work

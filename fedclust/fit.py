@@ -36,6 +36,7 @@ from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
+from fedclust.run_checks import check_device_count, check_embedding_points
 from fedclust.run_folder import CHECKPOINT
 
 RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
@@ -98,13 +99,12 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             when present, else torch on CUDA). The backend in use is printed and written to run.log.
         config_text: The resolved config to save (set by the command line).
     """
-    federation.validate()
+    federation.validate()  # these checks that need no data also run in fedclust.precheck, before torch
     check_devices(fabric)
     check_hparams(method)  # again in setup_method; here before any folder exists
     if logger != "csv":
         require_logger(logger)  # before any folder exists
-    if embedding_points < 10:
-        raise ConfigError("embedding_points", embedding_points, "at least 10 samples for the t-SNE picture")
+    check_embedding_points(embedding_points)
     if resume and config_text and (Path(resume) / "config.yaml").is_file():
         check_resume_overrides(Path(resume), config_text)
     leader = _is_leader()
@@ -185,8 +185,7 @@ def check_devices(fabric: FabricConfig) -> None:
     if (fabric.accelerator in ("cuda", "gpu") and isinstance(fabric.devices, int)
             and fabric.devices > torch.cuda.device_count()):
         raise ConfigError("fabric.devices", fabric.devices, f"at most the {torch.cuda.device_count()} GPUs here")
-    if isinstance(fabric.devices, int) and fabric.devices < 1:
-        raise ConfigError("fabric.devices", fabric.devices, "a positive number of devices (or auto)")
+    check_device_count(fabric.devices)
 
 
 def _is_leader() -> bool:

@@ -193,7 +193,7 @@ VALID = [  # (argv, verdict): each accepted by the real parser; "aside" = left t
     (["fit", "--method", "CCFC", "--method.init_args.lam", "3"], "passed"),
     (["fit", "--config", "quickstart", "--data", '{"p": 0.5}'], "passed"),
     (["fit", "--config", "quickstart", "--data.p", "1e-5", "--data.alpha", "-3"], "passed"),
-    (["fit", "--config", "quickstart", "--method.init_args.lr=-1e-3"], "passed"),
+    (["fit", "--config", "quickstart", "--method.init_args.lam=-1e-3"], "passed"),  # lr=-1e-3: test_precheck_checks
     (["fit", "--config", "quickstart", "--progress", "yes", "--embedding_plot=false"], "passed"),
     (["fit", "--config", "quickstart", "--name", "3", "--group", "null"], "passed"),
     (["fit", "--config", "quickstart", "--data.num_clients", "1_000", "--seed", "0x10"], "passed"),
@@ -207,7 +207,7 @@ VALID = [  # (argv, verdict): each accepted by the real parser; "aside" = left t
     (["fit", "--config", "quickstart", "--config", "kfed_fmnist"], "passed"),
     (["fit", "--print_config"], "passed"),  # prints the defaults: nothing is required
     (["fit", "--config", "quickstart", "--bogus", "--help"], "aside"),  # help wins wherever it stands
-    (["evaluate", "--ru", "{d}/fake_run", "--knn", "1", "-3", "--linear", "yes"], "passed"),
+    (["evaluate", "--ru", "{d}/fake_run", "--knn", "1", "3", "--linear", "yes"], "passed"),  # -3: test_precheck_checks
     (["evaluate", "--run", "{d}/fake_run", "--knn=3", "--split", "test"], "passed"),
     (["sweep", "--config", "kfed_fmnist", "--grid", "data.p=0,0.5", "--grid=seed=1,2", "--devices", "0", "1",
       "--dry_run", "true"], "passed"),

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import torch
 
+from fedclust.data.checks import check_data_settings
 from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import load_dataset
 from fedclust.data.partition import (
@@ -81,8 +82,8 @@ class DataConfig:
 
 def build_federated_data(cfg: DataConfig, device: torch.device, seed: int) -> FederatedData:
     """Load, partition and place the data. Raises FedclustError before any work on a bad request."""
-    if cfg.num_clients < 1:
-        raise ConfigError("data.num_clients", cfg.num_clients, "a positive integer")
+    check_data_settings(cfg.partition, cfg.num_clients, cfg.p, cfg.alpha, cfg.min_partition_size,
+                        cfg.num_classes_per_partition, cfg.class_assignment_mode)  # also in fedclust.precheck
     dataset = load_dataset(cfg.name, root=cfg.root, split=cfg.split, **cfg.options)
     partitioner = cfg.partitioner()
     partitioner.validate(cfg.num_clients, dataset.num_classes)

@@ -8,7 +8,6 @@ on (labels, number of clients, seed).
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Sequence
 
@@ -16,6 +15,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedclust.data.checks import (
+    PATHOLOGICAL_MODES,
+    check_alpha,
+    check_classes_per_partition,
+    check_min_partition_size,
+    check_num_clients,
+    check_p,
+)
 from fedclust.errors import ConfigError
 from fedclust.seeding import numpy_rng
 
@@ -25,9 +32,7 @@ class Partitioner:
 
     def validate(self, num_partitions: int, num_classes: int) -> None:
         """Raise ConfigError if no partition into `num_partitions` clients can be made."""
-        integral = isinstance(num_partitions, numbers.Integral) and not isinstance(num_partitions, bool)
-        if not integral or num_partitions < 1:
-            raise ConfigError("data.num_clients", num_partitions, "a positive integer")
+        check_num_clients(num_partitions)
 
     def __call__(self, labels: Tensor, num_partitions: int, seed: int) -> list[Tensor]:
         y = labels.detach().cpu().numpy().astype(np.int64, copy=False)
@@ -78,11 +83,8 @@ class DirichletPartitioner(Partitioner):
         self_balancing: bool = False,
         max_tries: int = 10,
     ):
-        self.alpha = np.atleast_1d(np.asarray(alpha, dtype=float))
-        if self.alpha.ndim != 1 or not np.all(self.alpha > 0):  # also rejects NaN
-            raise ConfigError("data.alpha", alpha, "a positive number, or a list of them (one per client)")
-        if min_partition_size < 0:
-            raise ConfigError("data.min_partition_size", min_partition_size, "a non-negative integer")
+        self.alpha = check_alpha(alpha)
+        check_min_partition_size(min_partition_size)
         self.min_partition_size = min_partition_size
         self.self_balancing, self.max_tries = self_balancing, max_tries
 
@@ -131,15 +133,10 @@ class PathologicalPartitioner(Partitioner):
     classes [i*k, (i+1)*k) of the sorted class list; it needs num_clients * k == number of classes.
     """
 
-    MODES = ("first-deterministic", "deterministic", "random", "disjoint")
+    MODES = PATHOLOGICAL_MODES
 
     def __init__(self, num_classes_per_partition: int, class_assignment_mode: str = "first-deterministic"):
-        if num_classes_per_partition < 1:
-            valid = "a positive integer"
-            raise ConfigError("data.num_classes_per_partition", num_classes_per_partition, valid)
-        if class_assignment_mode not in self.MODES:
-            valid = "one of " + ", ".join(self.MODES)
-            raise ConfigError("data.class_assignment_mode", class_assignment_mode, valid)
+        check_classes_per_partition(num_classes_per_partition, class_assignment_mode)
         self.k, self.mode = num_classes_per_partition, class_assignment_mode
 
     def validate(self, num_partitions, num_classes):
@@ -209,9 +206,7 @@ class PShiftPartitioner(Partitioner):
     """
 
     def __init__(self, p: float):
-        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
-            raise ConfigError("data.p", p, "a number in [0, 1]")
-        self.p = float(p)
+        self.p = check_p(p)
 
     def validate(self, num_partitions, num_classes):
         super().validate(num_partitions, num_classes)

@@ -1,12 +1,18 @@
-"""The `federation:` section of a config."""
+"""The `federation:` section of a config.
+
+Torch-free (Stage is only named in a type hint), so fedclust.precheck builds a FederationConfig from the
+command line's values and calls `validate` before torch is imported; fit() calls the same `validate`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
-from fedclust.contract import Stage
 from fedclust.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedclust.contract import Stage
 
 
 @dataclass
@@ -56,7 +62,7 @@ class FederationConfig:
     def schedule(self, stages: list[Stage]) -> list[Stage]:
         """The method's stages with this config's overrides applied."""
         if self.local_epochs is not None:
-            stages = [Stage(s.name, s.rounds, self.local_epochs if s.local_epochs else 0) for s in stages]
+            stages = [replace(s, local_epochs=self.local_epochs if s.local_epochs else 0) for s in stages]
         if self.rounds is None:
             return stages
         total = sum(s.rounds for s in stages)
@@ -65,4 +71,4 @@ class FederationConfig:
             counts[counts.index(max(counts))] -= 1
         while sum(counts) < self.rounds:
             counts[counts.index(max(counts))] += 1
-        return [Stage(s.name, n, s.local_epochs) for s, n in zip(stages, counts)]
+        return [replace(s, rounds=n) for s, n in zip(stages, counts)]

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import math
-import re
-
 import torch
 
 from fedclust.contract import FederatedMethod
 from fedclust.errors import ConfigError
+from fedclust.federation.hparams import check_batch_size, check_init_args
 
 
 def setup_method(method: FederatedMethod, data, seed: int) -> None:
@@ -28,23 +26,7 @@ def setup_method(method: FederatedMethod, data, seed: int) -> None:
     method.to(data.device)
 
 
-_SIZE_KEYS = re.compile(r"(_dim|hidden|^num_clusters|^k_local|niter|redo|^n_init|^batch_size)$")
-
-
 def check_hparams(method: FederatedMethod) -> None:
-    """What no method can work with, whatever its maths: non-finite numbers, sizes below 1, learning rates
-    at or below 0, mini-batches of one sample (BatchNorm cannot train on them)."""
-    for key, value in dict(getattr(method, "hparams", {})).items():
-        name = f"method.init_args.{key}"
-        values = value if isinstance(value, list | tuple) else [value]
-        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            raise ConfigError(name, value, "a finite number")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if _SIZE_KEYS.search(key) and value < 1:
-            raise ConfigError(name, value, "a positive integer")
-        if (key == "lr" or key.startswith("lr_") or key.endswith("_lr")) and value <= 0:
-            raise ConfigError(name, value, "a positive learning rate")
-    if method.batch_size is not None and method.batch_size < 2:
-        raise ConfigError("method.init_args.batch_size", method.batch_size, "at least 2 (BatchNorm cannot train on "
-                          "one sample)")
+    """The rules of fedclust/federation/hparams.py on the method's saved init arguments and its batch size."""
+    check_init_args(dict(getattr(method, "hparams", {})))
+    check_batch_size(method.batch_size)

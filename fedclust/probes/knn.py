@@ -27,21 +27,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from fedclust.errors import ConfigError
+from fedclust.run_checks import check_ks  # the rule is torch-free there (fedclust.precheck uses it too)
 
 DISTANCE_BUDGET = 2**25  # float32 entries of one chunk's distance matrix (128 MB)
-
-
-def check_ks(ks: Sequence[int], num_train: int | None = None) -> list[int]:
-    """The k values, validated: each a positive integer, at most the number of train samples."""
-    if not ks:
-        raise ConfigError("knn", list(ks), "at least one k, e.g. --knn 3 5 7 9 100 1000 7000")
-    for k in ks:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError("knn", k, "a positive integer number of neighbours")
-        if num_train is not None and k > num_train:
-            raise ConfigError("knn", k, f"at most the number of train samples ({num_train})")
-    return list(ks)
 
 
 @torch.no_grad()
