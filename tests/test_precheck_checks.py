@@ -62,6 +62,10 @@ BAD = [
     (["fit", "--config", "{d}/bad_lr.yaml"], "method.init_args.lr = 0"),
     # jsonargparse keeps the init args a new class takes too: FedCC gets batch_size 1
     ([*QUICK, "--method.init_args.batch_size", "1", "--method", "FedCC"], "batch_size = 1 is not valid: at least 2"),
+    # the classic methods' sizes are checked too (they save their hyperparameters like every method)
+    ([*QUICK, "--method", "KFED", "--method.niter", "0"], "method.init_args.niter = 0 is not valid: a positive"),
+    ([*QUICK, "--method", "KMeans", "--method.nredo", "0"], "method.init_args.nredo = 0 is not valid: a positive"),
+    ([*QUICK, "--method", "FFCM", "--method.kmeans_redo", "0"], "init_args.kmeans_redo = 0 is not valid: a positive"),
     (["evaluate", "--run", "{d}/fake_run", "--knn", "0"], "knn = 0 is not valid: a positive integer number of"),
     (["evaluate", "--run", "{d}/fake_run", "--knn", "1", "-3"], "knn = -3 is not valid"),  # -3 read as a value
     (["evaluate", "--run", "{d}/fake_run", "--per_client", "true", "--split", "test"], "per_client = True is not"),
@@ -80,7 +84,6 @@ EDGES = [
     [*QUICK, "--embedding_points", "10", "--fabric.devices", "1"],
     [*QUICK, "--method.init_args.lr", "1e-9", "--method.init_args.batch_size", "2", "--method.latent_dim", "1"],
     [*QUICK, "--method.init_args.batch_size", "1", "--method", "KFED"],  # KFED takes no batch_size: dropped
-    [*QUICK, "--method", "KFED", "--method.niter", "0"],  # KFED saves no hparams: check_hparams never sees it
 ]
 
 

@@ -41,6 +41,7 @@ class FCM(CentralizedCentroids):
     def __init__(self, num_clusters: int | None = None, m: float = 2.0, max_iter: int = 1000, tol: float = 1e-4,
                  init: Literal["kmeans++", "random"] = "kmeans++", n_init: int = 1):
         super().__init__(num_clusters)
+        self.save_hyperparameters()  # so the run-level checks see them (sizes >= 1, finite numbers)
         self.m, self.max_iter, self.tol, self.init, self.n_init = m, max_iter, tol, init, n_init
 
     def validate(self, info: DataInfo, num_clients: int) -> None:

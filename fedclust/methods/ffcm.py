@@ -82,6 +82,7 @@ class FFCM(FederatedMethod):
                  tol: float = 1e-4, kmeans_niter: int = 500, kmeans_redo: int = 10, warm_start_after: int = 1,
                  cycle_window: int = 10):
         super().__init__(num_clusters)
+        self.save_hyperparameters()  # so the run-level checks see them (sizes >= 1, finite numbers)
         self.m, self.local_max_iter, self.local_tol = m, local_max_iter, local_tol
         self.server, self.max_rounds, self.tol = server, max_rounds, tol
         self.kmeans_niter, self.kmeans_redo, self.warm_start_after = kmeans_niter, kmeans_redo, warm_start_after

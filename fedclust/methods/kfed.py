@@ -50,6 +50,7 @@ class KFED(FederatedMethod):
                  labelling: Literal["local", "nearest"] = "local", niter: int = 300,
                  central_start: Literal["first", "random"] | int = "first"):
         super().__init__(num_clusters)
+        self.save_hyperparameters()  # so the run-level checks see them (sizes >= 1, finite numbers)
         self.k_local, self.labelling, self.niter = k_local, labelling, niter
         self.central_start = central_start
         self.centroids: Tensor | None = None

@@ -31,6 +31,7 @@ class KMeans(CentralizedCentroids):
 
     def __init__(self, num_clusters: int | None = None, niter: int = 300, nredo: int = 10, cosine: bool = False):
         super().__init__(num_clusters)
+        self.save_hyperparameters()  # so the run-level checks see them (sizes >= 1, finite numbers)
         self.niter, self.nredo, self.cosine = niter, nredo, cosine
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
