@@ -8,7 +8,7 @@
     fedclust configs                                                   (the packaged configs)
 
 Only the subcommand that runs builds its parser (fedclust/parsers.py), which imports torch and Lightning;
-`fedclust --help`, `--version`, `configs` answer without them, and so does bad input: fedclust/precheck.py
+`fedclust --help`, `--version`, `configs` answer without them, and so does bad input: fedclust/precheck/
 checks the arguments and YAML configs against fedclust/cli_schema.json first (the real parser still parses
 every command that passes).
 Every user error is one line on stderr and exit code 2.
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = expand_config_args(_resume_argv(argv))
         from fedclust import precheck
 
-        precheck.check(command, argv[1:])  # bad input refused here, before torch (see fedclust/precheck.py)
+        precheck.check(command, argv[1:])  # bad input refused here, before torch (see fedclust/precheck/)
         return run(command, argv[1:])
     except FedclustError as error:
         print(f"fedclust: error: {error}", file=sys.stderr)
