@@ -99,9 +99,11 @@ class SimSiamViews28:
     """
 
     def __init__(self, scale=(0.5, 1.0), ratio=(3 / 4, 4 / 3), degrees: float = 10.0,
-                 sigma=(0.1, 2.0), blur_p: float = 0.5, kernel_size: int | None = None):
+                 sigma=(0.1, 2.0), blur_p: float = 0.5, kernel_size: int | None = None,
+                 jitter: float = 0.0, jitter_p: float = 0.8):
         self.scale, self.ratio, self.degrees = tuple(scale), tuple(ratio), float(degrees)
         self.sigma, self.blur_p = tuple(sigma), float(blur_p)
+        self.jitter, self.jitter_p = float(jitter), float(jitter_p)
         self.kernel_size = int(kernel_size) if kernel_size else 2 * math.ceil(3 * max(self.sigma)) + 1
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -114,6 +116,13 @@ class SimSiamViews28:
         blur = _rand(b, generator, dev) < self.blur_p
         # blur every sample and select: no data-dependent branch, so no host-device sync
         y = torch.where(blur[:, None, None, None], gaussian_blur(y, sigma, self.kernel_size), y)
+        if self.jitter > 0:  # brightness then contrast factors ~ U[1 - j, 1 + j]; no draws when off
+            bri = _uniform(1 - self.jitter, 1 + self.jitter, b, generator, dev).view(-1, 1, 1, 1)
+            con = _uniform(1 - self.jitter, 1 + self.jitter, b, generator, dev).view(-1, 1, 1, 1)
+            on = (_rand(b, generator, dev) < self.jitter_p).view(-1, 1, 1, 1)
+            j = (y.clamp(0.0, 1.0) * bri).clamp(0.0, 1.0)
+            j = _blend(j, j.mean((1, 2, 3), keepdim=True), con)
+            y = torch.where(on, j, y)
         return y.clamp_(0.0, 1.0)
 
 

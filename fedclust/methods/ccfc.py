@@ -71,6 +71,9 @@ class CCFC(FederatedMethod):
             need a gentler range).
         blur_sigma: Range of the stage-1 Gaussian blur's sigma in pixels (the official code's 0.1-2 on 28x28
             images; smaller images need it scaled, e.g. 0.1-0.6 on 8x8 digits).
+        jitter: Brightness/contrast jitter of the simsiam28 views (factors U[1 - jitter, 1 + jitter], p 0.8);
+            0 (the official MNIST code) draws nothing. Fashion-MNIST needs it: without it SimSiam's z
+            encodes image brightness (benchmarks/results/ccfc_stage1_fmnist_test.md).
         resize: Resize inputs to this side before the backbone (None keeps the data's size).
         scfc: Keep the SimSiam loss in stage 2 (the SCFC baseline).
         standalone: No averaging: every client keeps its own model (the standalone ablation).
@@ -86,7 +89,7 @@ class CCFC(FederatedMethod):
                  pretrain_rounds: int = 100, cluster_rounds: int = 30, local_epochs: int = 1,
                  batch_size: int = 128, lr: float = 1e-3, augment: Literal["simsiam28", "color"] = "simsiam28",
                  crop_scale: tuple[float, float] = (0.5, 1.0), blur_sigma: tuple[float, float] = (0.1, 2.0),
-                 resize: int | None = None, scfc: bool = False, standalone: bool = False,
+                 jitter: float = 0.0, resize: int | None = None, scfc: bool = False, standalone: bool = False,
                  exclude_self: bool = False, kmeans_niter: int = 100, kmeans_redo: int = 3):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
@@ -101,7 +104,8 @@ class CCFC(FederatedMethod):
         self.encoder = nn.Sequential(trunk, projector(trunk.out_dim, hp.projector_hidden, hp.latent_dim))
         self.predictor = predictor(hp.latent_dim, hp.predictor_hidden)
         scale = tuple(hp.crop_scale)
-        self.views = (SimSiamViews28(scale=scale, sigma=tuple(hp.blur_sigma)) if hp.augment == "simsiam28"
+        self.views = (SimSiamViews28(scale=scale, sigma=tuple(hp.blur_sigma), jitter=hp.jitter)
+                      if hp.augment == "simsiam28"
                       else ColorViews(scale=scale))
         # The frozen global model of the model-contrastive term: one copy, refreshed once per round
         # (kept in a dict so it is neither a submodule nor part of the communicated state).

@@ -179,3 +179,16 @@ def test_colour_views_blur_scales_with_the_view_size_when_given_a_reference():
                      blur_reference=224)
     ref = gaussian_filter(x.numpy(), sigma=(0, 0, 1.0, 1.0), mode="mirror", truncate=6.0)
     np.testing.assert_allclose(aug(x, generator(0, 1)).numpy(), ref, atol=1e-5)
+
+
+def test_simsiam28_jitter_is_off_by_default_and_changes_brightness_when_on():
+    """jitter 0 (the official views) draws nothing extra: the same generator gives the same views as before the
+    option existed; jitter > 0 moves each view's mean brightness and keeps pixels in [0, 1]."""
+    x = torch.rand(64, 1, 28, 28)
+    plain = SimSiamViews28()(x, torch.Generator().manual_seed(0))
+    off = SimSiamViews28(jitter=0.0)(x, torch.Generator().manual_seed(0))
+    assert torch.equal(plain, off)
+    on = SimSiamViews28(jitter=0.4, jitter_p=1.0)(x, torch.Generator().manual_seed(0))
+    assert on.min() >= 0 and on.max() <= 1
+    shift = (on.mean((1, 2, 3)) - plain.mean((1, 2, 3))).abs()
+    assert shift.max() > 0.05  # brightness factors in U[0.6, 1.4] on every view
