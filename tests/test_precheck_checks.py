@@ -17,8 +17,8 @@ import yaml
 
 from fedclust import cli_schema, precheck
 from fedclust.config_files import expand_config_args
+from tests.helpers.cli import HEAVY, fill, refusals_in_a_fresh_interpreter
 
-HEAVY = ("torch", "lightning", "lightning.fabric", "fedclust.contract", "fedclust.methods")
 QUICK = ["fit", "--config", "quickstart"]
 
 
@@ -87,8 +87,7 @@ EDGES = [
 ]
 
 
-def _fill(argv: list[str], folder: Path) -> list[str]:
-    return [a.replace("{d}", str(folder)) for a in argv]
+_fill = fill
 
 
 def test_the_precheck_imports_no_torch():
@@ -103,21 +102,8 @@ def test_the_precheck_imports_no_torch():
 
 
 def test_out_of_range_is_one_sentence_without_torch(files, tmp_path):
-    script = (
-        "import contextlib, io, json, sys\n"
-        "from fedclust.__main__ import main\n"
-        "out = []\n"
-        "for argv in json.loads(sys.stdin.read()):\n"
-        "    err = io.StringIO()\n"
-        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):\n"
-        "        code = main(argv)\n"
-        f"    out.append([argv, code, err.getvalue(), [m for m in {HEAVY!r} if m in sys.modules]])\n"
-        "print(json.dumps(out))\n")
-    cases = [_fill(argv, files) for argv, _ in BAD]
-    proc = subprocess.run([sys.executable, "-c", script], input=json.dumps(cases), capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    for (argv, code, err, heavy), (_, needle) in zip(json.loads(proc.stdout.strip().splitlines()[-1]), BAD):
+    results = refusals_in_a_fresh_interpreter([_fill(argv, files) for argv, _ in BAD], tmp_path)
+    for (argv, code, err, heavy), (_, needle) in zip(results, BAD):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and "Traceback" not in err, (argv, err)
         assert lines[0].startswith("fedclust: error: ") and needle in lines[0], (argv, err)
