@@ -36,6 +36,7 @@ from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
+from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
 from fedclust.run_checks import check_device_count, check_embedding_points
 from fedclust.run_folder import CHECKPOINT
 
@@ -56,17 +57,20 @@ class FabricConfig:
         devices: Number of devices (or "auto") per node: processes for ddp on cpu.
         strategy: Fabric strategy: auto (one process) or ddp (one process per device).
         num_nodes: Number of nodes.
-        precision: 32-true or bf16-mixed (no loss scaling is applied, so 16-mixed is not offered).
-        memory_format: contiguous, or channels_last: convolutions in NHWC memory (oneDNN's bf16 convolutions
-            are faster so on CPUs with AVX-512 BF16; same results up to float rounding).
+        precision: 32-true, bf16-mixed, or auto: bf16-mixed where the method's network was measured to keep
+            its quality in bf16 (CCFC's ConvNet28) and the device computes bf16 natively (AVX-512 BF16 / AMX
+            CPUs, Ampere+ GPUs), else 32-true (fedclust/nn/precision.py). No loss scaling is applied, so
+            16-mixed is not offered. The choice is printed and written to run.log.
+        memory_format: contiguous, channels_last (convolutions in NHWC memory: oneDNN's bf16 convolutions are
+            faster so; same results up to float rounding) or auto: channels_last for bf16 on the CPU.
     """
 
     accelerator: str = "auto"
     devices: int | str = 1
     strategy: str = "auto"
     num_nodes: int = 1
-    precision: Literal["32-true", "bf16-mixed"] = "32-true"
-    memory_format: Literal["contiguous", "channels_last"] = "contiguous"
+    precision: Literal["auto", "32-true", "bf16-mixed"] = "auto"
+    memory_format: Literal["auto", "contiguous", "channels_last"] = "auto"
 
 
 def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: FederationConfig = FederationConfig(),  # noqa: B008
@@ -122,14 +126,17 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     try:
         hparams = yaml.safe_load(config_text) if config_text else {}  # nested: filterable by data.p, seed, ...
         extra = build_logger(logger, folder, project, group, name, hparams) if leader else None
+        kind = device_type(fabric.accelerator)
+        precision, why = resolve_precision(fabric.precision, kind, method.bf16_by_default())
+        memory_format = resolve_memory_format(fabric.memory_format, precision, kind)
         fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
-                     num_nodes=fabric.num_nodes, precision=fabric.precision, loggers=[extra] if extra else [])
+                     num_nodes=fabric.num_nodes, precision=precision, loggers=[extra] if extra else [])
         fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
         folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
         fed_data = build_federated_data(data, fab.device, seed)
         info = fed_data.info
         setup_method(method, fed_data, seed)
-        if fabric.memory_format == "channels_last":
+        if memory_format == "channels_last":
             use_channels_last(method)
         leader = fab.is_global_zero
         # soft_wrap: a line piped to a file stays one line (rich would cut it at 80 columns)
@@ -140,6 +147,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         backend = kmeans_backend_in_use(fab.device)
         console.print(f"[bold]{type(method).__name__}[/] on {data.name}: {len(fed_data)} samples, "
                       f"{data.num_clients} clients, {orch.total_rounds} rounds, k-means on {backend}, "
+                      f"training in {precision} ({why}, {memory_format}), "
                       f"run folder {folder}")
         console.print(table, markup=False, highlight=False)
         if resume:
@@ -158,7 +166,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
                 orch.callbacks.append(FabricLogging())
         if leader:
             with (folder / "run.log").open("a") as log_file:
-                log_file.write(f"k-means backend: {backend}\n")
+                log_file.write(f"k-means backend: {backend}\nprecision: {precision} ({why}); memory format: "
+                               f"{memory_format}\n")
         with run_log(folder / "run.log") if leader else contextlib.nullcontext():
             final = orch.run()
         if leader:

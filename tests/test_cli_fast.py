@@ -57,7 +57,7 @@ BAD = [
     (["fit", "--config", "quickstart", "--method", "KFED", "--method.init_args.lam", "3"], "init argument of KFED"),
     (["fit", "--method.init_args.lam", "0.5", "--config", "quickstart"], "after the method is chosen"),
     (["fit", "--config", "quickstart", "--logger", "wanb"], "one of csv, wandb, tensorboard (closest: wandb)"),
-    (["fit", "--config", "quickstart", "--fabric.precision", "16-mixed"], "one of 32-true, bf16-mixed"),
+    (["fit", "--config", "quickstart", "--fabric.precision", "16-mixed"], "one of auto, 32-true, bf16-mixed"),
     (["fit", "--config", "quickstart", "--method.init_args.crop_scale", "0.5"], "a list of 2 numbers"),
     (["fit", "--config", "quickstart", "--method.init_args.augment", "colr"], "(closest: color)"),
     (["fit", "--config", "quickstart", "--method.init_args.lr", "-1e-5"], "goes after an equals sign"),

@@ -47,6 +47,12 @@ class OptionalHooks:
     def validate(self, info: DataInfo, num_clients: int) -> None:
         """Raise ConfigError for requests this method cannot serve (before any work)."""
 
+    def bf16_by_default(self) -> bool:
+        """True where `fabric.precision: auto` may train this method in bf16 autocast (on devices with native
+        bf16): only for networks measured to keep their clustering quality within seed noise of fp32 and to
+        run faster so (fedclust/nn/precision.py). Default False: fp32 until measured."""
+        return False
+
     def local_clusters(self) -> int | None:
         """Clusters each client computes from its own samples (CCFC's, k-FED's local k-means): every client
         must hold at least this many samples, checked before any work. None: no local clustering."""

@@ -111,6 +111,12 @@ class CCFC(FederatedMethod):
         # (kept in a dict so it is neither a submodule nor part of the communicated state).
         self._frozen = {"net": copy.deepcopy(nn.Sequential(self.encoder, self.predictor)).requires_grad_(False)}
 
+    def bf16_by_default(self) -> bool:
+        # bf16 + channels-last kept NMI within seed noise of fp32 over three seeds and trained the ConvNet28
+        # 1.7x faster at one thread (benchmarks/results/precision_quality.md, cpu_speed.md); the MLP trunk
+        # gained nothing, the ResNets were not measured.
+        return self.hparams.backbone == "convnet28"
+
     def local_clusters(self) -> int | None:
         return self.num_clusters  # every client runs k-means with k clusters on its own z
 
