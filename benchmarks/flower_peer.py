@@ -32,6 +32,10 @@ smallest N picks each framework's fastest OpenMP setting (OMP_WAIT_POLICY PASSIV
 2 CPUs per Ray actor, i.e. 2 one-thread actors or one two-thread actor; fedclust: 2 torch threads), then
 Flower and fedclust alternate A B A B at every N with those settings. Ray's workers run at nice 0 like
 fedclust (RAY_worker_niceness=0; Ray's default 15 hands the CPU to any other work on a shared machine).
+fedclust trains in its default precision (`fabric.precision: auto`: bf16 autocast + channels-last
+convolutions for this ConvNet28 on a CPU with native bf16, which kept the NMI within seed noise of fp32,
+benchmarks/results/precision_quality.md; `--fedclust-precision 32-true` for fp32), the tuning pass also
+times it in fp32; Flower trains in fp32, as its examples do. Each fedclust row names the precision used.
 Writes benchmarks/results/flower_peer.md (--append adds a measurement under the earlier ones).
 """
 
@@ -252,7 +256,7 @@ def run_flower(n: int, rounds: int, policy: str, cpus: int, python: str) -> dict
     return {"rounds": res["rounds"], "nmi": res["nmi"], "rss": rss, "pss": pss}
 
 
-def run_fedclust(n: int, rounds: int, policy: str, threads: int) -> dict:
+def run_fedclust(n: int, rounds: int, policy: str, threads: int, precision: str = "auto") -> dict:
     import csv
 
     folder = WORK / f"fedclust_{n}"
@@ -262,7 +266,7 @@ def run_fedclust(n: int, rounds: int, policy: str, threads: int) -> dict:
            "--data.split", "test", "--data.num_clients", str(n), "--data.partition", "iid",
            "--method.init_args.pretrain_rounds", str(rounds), "--method.init_args.cluster_rounds", "0",
            "--federation.optimizer_state", "reset", "--federation.eval_every", "1000",
-           "--federation.checkpoint_every", "1000"]
+           "--federation.checkpoint_every", "1000", "--fabric.precision", precision]
     if folder.exists():
         import shutil
 
@@ -271,7 +275,10 @@ def run_fedclust(n: int, rounds: int, policy: str, threads: int) -> dict:
     with open(folder / "metrics.csv", newline="") as f:
         secs = [float(r["seconds"]) for r in csv.DictReader(f)]
     nmi = json.loads((folder / "final.json").read_text())["metrics"]["nmi"]
-    return {"rounds": secs, "nmi": nmi, "rss": rss, "pss": pss}
+    # what `precision: auto` resolved to on this machine (fedclust writes it to run.log)
+    used = next((line.split()[1] for line in (folder / "run.log").read_text().splitlines()
+                 if line.startswith("precision:")), precision)
+    return {"rounds": secs, "nmi": nmi, "rss": rss, "pss": pss, "precision": used}
 
 
 def row(name: str, setting: str, r: dict) -> str:
@@ -297,10 +304,13 @@ def tune(n0: int, opts: argparse.Namespace, log) -> tuple[tuple, tuple]:
         log(row("Flower", f"OMP_WAIT_POLICY={policy}, {cpus} CPU per actor ({2 // cpus} actors)", r))
         if best_f is None or statistics.median(r["rounds"][1:]) < best_f[0]:
             best_f = (statistics.median(r["rounds"][1:]), policy, cpus)
-    for policy, threads in [("PASSIVE", 2), ("ACTIVE", 2)]:
-        r = run_fedclust(n0, opts.tune_rounds, policy, threads)
-        log(row("fedclust", f"OMP_WAIT_POLICY={policy}, {threads} threads", r))
-        if best_c is None or statistics.median(r["rounds"][1:]) < best_c[0]:
+    # fedclust's default precision at each OpenMP setting, and fp32 at the first for reference
+    chosen = opts.fedclust_precision
+    for policy, threads, precision in [("PASSIVE", 2, chosen), ("ACTIVE", 2, chosen), ("PASSIVE", 1, chosen),
+                                       ("PASSIVE", 2, "32-true")]:
+        r = run_fedclust(n0, opts.tune_rounds, policy, threads, precision)
+        log(row("fedclust", f"OMP_WAIT_POLICY={policy}, {threads} threads, {r['precision']}", r))
+        if precision == chosen and (best_c is None or statistics.median(r["rounds"][1:]) < best_c[0]):
             best_c = (statistics.median(r["rounds"][1:]), policy, threads)
     log("")
     log(f"Fastest: Flower with OMP_WAIT_POLICY={best_f[1]}, {best_f[2]} CPU per actor; fedclust with "
@@ -353,9 +363,9 @@ def driver(opts: argparse.Namespace) -> None:
             r = run_flower(n, opts.rounds, best_f[1], best_f[2], opts.flower_python)
             med["Flower"] += r["rounds"][1:]
             log(row("Flower", f"{best_f[1]}, {best_f[2]} CPU/actor", r))
-            r = run_fedclust(n, opts.rounds, best_c[1], best_c[2])
+            r = run_fedclust(n, opts.rounds, best_c[1], best_c[2], opts.fedclust_precision)
             med["fedclust"] += r["rounds"][1:]
-            log(row("fedclust", f"{best_c[1]}, {best_c[2]} threads", r))
+            log(row("fedclust", f"{best_c[1]}, {best_c[2]} threads, {r['precision']}", r))
         ratio = statistics.median(med["Flower"]) / statistics.median(med["fedclust"])
         log("")
         log(f"Median timed round: Flower {statistics.median(med['Flower']):.1f} s, fedclust "
@@ -383,6 +393,8 @@ def main() -> None:
     args.add_argument("--no-tune", dest="tune", action="store_false", help="skip the OpenMP tuning pass")
     args.add_argument("--flower-setting", default="PASSIVE:1", help="without tuning: OMP_WAIT_POLICY:CPUs per actor")
     args.add_argument("--fedclust-setting", default="PASSIVE:2", help="without tuning: OMP_WAIT_POLICY:threads")
+    args.add_argument("--fedclust-precision", default="auto",
+                      help="fedclust's fabric.precision (auto: its default; bf16 for this network on native-bf16 CPUs)")
     args.add_argument("--flower-python", default=sys.executable, help="interpreter that has flwr[simulation]")
     args.add_argument("--note", default="", help="conditions of the run (what else shared the machine)")
     opts = args.parse_args()
