@@ -4,6 +4,7 @@
     python benchmarks/client_overhead.py 10 3       # 10-client split of the test set, fraction 0.1: 1 x 1,000
     python benchmarks/client_overhead.py 1000 3     # 1,000-client split, fraction 0.1: 100 x 10
     python benchmarks/client_overhead.py 1000 1 cumulative   # + a cProfile of one more round, sorted so
+    python benchmarks/client_overhead.py 1000 3 --bf16       # in bf16 + channels-last (precision: auto here)
 
 Builds the Orchestrator in this process (no run folder, no scoring) on the Fashion-MNIST test split, IID, CCFC with
 configs/ccfc_fmnist.yaml's networks, optimizer state reset every round, and prints wall and CPU seconds of each
@@ -26,16 +27,19 @@ from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.methods import CCFC
+from fedclust.nn.backbones import use_channels_last
 
 
-def orchestrator(num_clients: int) -> Orchestrator:
-    fabric = Fabric(accelerator="cpu", devices=1)
+def orchestrator(num_clients: int, bf16: bool = False) -> Orchestrator:
+    fabric = Fabric(accelerator="cpu", devices=1, precision="bf16-mixed" if bf16 else "32-true")
     data = build_federated_data(DataConfig(name="fmnist", split="test", num_clients=num_clients, partition="iid"),
                                 fabric.device, 66)
     torch.manual_seed(66)
     method = CCFC(backbone="convnet28", latent_dim=64, lam=1.0)
     method.build(data.info)
     method.to(fabric.device)
+    if bf16:  # what fabric.precision: auto gives this network on a CPU with native bf16
+        use_channels_last(method)
     federation = FederationConfig(fraction=0.1, optimizer_state="reset", eval_every=100)
     return Orchestrator(fabric, method, data, federation, 66)
 
@@ -44,10 +48,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("clients", type=int, choices=[10, 1000], help="10: 1 x 1,000 images; 1000: 100 x 10")
     parser.add_argument("rounds", type=int, nargs="?", default=2)
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast + channels-last (fedclust's auto here)")
     parser.add_argument("profile_sort", nargs="?", default=None, help="cProfile one more round, sorted by this key")
     opts = parser.parse_args()
     torch.set_num_threads(1)
-    orch = orchestrator(opts.clients)
+    orch = orchestrator(opts.clients, opts.bf16)
     stage = orch.stages[0]
     times = []
     for r in range(opts.rounds):
