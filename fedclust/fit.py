@@ -36,7 +36,7 @@ from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
-from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
+from fedclust.nn.precision import BF16, FP32, device_type, resolve_memory_format, resolve_precision
 from fedclust.run_checks import check_device_count, check_embedding_points
 from fedclust.run_folder import CHECKPOINT
 
@@ -129,6 +129,10 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         kind = device_type(fabric.accelerator)
         precision, why = resolve_precision(fabric.precision, kind, method.bf16_by_default())
         memory_format = resolve_memory_format(fabric.memory_format, precision, kind)
+        started = started_arithmetic(folder) if resume else None
+        if started and fabric.precision == "auto" and fabric.memory_format == "auto":
+            # a resumed run goes on in the arithmetic it started in, even on a machine where auto says otherwise
+            precision, memory_format, why = *started, "auto, as when the run started"
         fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
                      num_nodes=fabric.num_nodes, precision=precision, loggers=[extra] if extra else [])
         fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
@@ -195,6 +199,20 @@ def check_devices(fabric: FabricConfig) -> None:
             and fabric.devices > torch.cuda.device_count()):
         raise ConfigError("fabric.devices", fabric.devices, f"at most the {torch.cuda.device_count()} GPUs here")
     check_device_count(fabric.devices)
+
+
+def started_arithmetic(folder: Path) -> tuple[str, str] | None:
+    """(precision, memory format) the run in `folder` started with, from its run.log; None if not recorded."""
+    log_path = folder / "run.log"
+    if not log_path.is_file():
+        return None
+    for line in log_path.read_text(errors="replace").splitlines():
+        words = line.replace(";", " ").split()
+        if line.startswith("precision: ") and "format:" in words and words[1] in (FP32, BF16):
+            form = words[words.index("format:") + 1]
+            if form in ("contiguous", "channels_last"):
+                return words[1], form
+    return None
 
 
 def _is_leader() -> bool:

@@ -5,7 +5,7 @@ import pytest
 
 from fedclust.nn import precision
 from fedclust.nn.precision import BF16, FP32, resolve_memory_format, resolve_precision
-from tests.conftest import tiny_ccfc
+from tests.conftest import tiny_ccfc, tiny_data
 
 
 @pytest.fixture
@@ -76,3 +76,36 @@ def test_the_run_trains_in_the_resolved_precision_and_says_so(run_fit, native_cp
     log = (tmp_path / "run" / "run.log").read_text()
     assert f"precision: {expected}" in log
     assert ("memory format: channels_last" in log) == native
+
+
+def test_a_resumed_run_keeps_the_arithmetic_it_started_in(run_fit, native_cpu_bf16, monkeypatch, tmp_path):
+    """auto is resolved once, when the run starts: resumed on a machine without native bf16, it stays in bf16."""
+    from lightning.fabric import Fabric
+
+    from fedclust.fit import FabricConfig, fit, started_arithmetic
+
+    native_cpu_bf16(True)
+    run_fit(tiny_ccfc(backbone="convnet28", batch_size=32))
+    folder = tmp_path / "run"
+    assert started_arithmetic(folder) == ("bf16-mixed", "channels_last")
+
+    native_cpu_bf16(False)
+    seen = []
+    real_init = Fabric.__init__
+    monkeypatch.setattr(Fabric, "__init__", lambda self, *a, **kw: (seen.append(kw["precision"]),
+                                                                    real_init(self, *a, **kw))[1])
+    method = lambda: tiny_ccfc(backbone="convnet28", batch_size=32)  # noqa: E731
+    fit(method(), tiny_data(), fabric=FabricConfig(accelerator="cpu"), resume=str(folder), progress=False)
+    assert seen == ["bf16-mixed"]
+    # asked for explicitly, another precision is honoured
+    fit(method(), tiny_data(), fabric=FabricConfig(accelerator="cpu", precision="32-true"), resume=str(folder),
+        progress=False)
+    assert seen[-1] == "32-true"
+
+
+def test_started_arithmetic_ignores_a_garbled_run_log(tmp_path):
+    from fedclust.fit import started_arithmetic
+
+    assert started_arithmetic(tmp_path) is None
+    (tmp_path / "run.log").write_text("precision: fp8 (x); memory format: weird\nprecision:\n")
+    assert started_arithmetic(tmp_path) is None
