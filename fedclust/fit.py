@@ -36,7 +36,8 @@ from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
-from fedclust.nn.precision import BF16, FP32, device_type, resolve_memory_format, resolve_precision
+from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
+from fedclust.resume import check_resume_overrides, started_arithmetic
 from fedclust.run_checks import check_device_count, check_embedding_points
 from fedclust.run_folder import CHECKPOINT
 
@@ -201,20 +202,6 @@ def check_devices(fabric: FabricConfig) -> None:
     check_device_count(fabric.devices)
 
 
-def started_arithmetic(folder: Path) -> tuple[str, str] | None:
-    """(precision, memory format) the run in `folder` started with, from its run.log; None if not recorded."""
-    log_path = folder / "run.log"
-    if not log_path.is_file():
-        return None
-    for line in log_path.read_text(errors="replace").splitlines():
-        words = line.replace(";", " ").split()
-        if line.startswith("precision: ") and "format:" in words and words[1] in (FP32, BF16):
-            form = words[words.index("format:") + 1]
-            if form in ("contiguous", "channels_last"):
-                return words[1], form
-    return None
-
-
 def _is_leader() -> bool:
     """Global rank 0, known before Fabric starts: the processes Fabric's launcher or torchrun start carry
     their rank in the environment (LOCAL_RANK / NODE_RANK, or RANK)."""
@@ -232,71 +219,3 @@ def run_log(path: Path) -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         handler.close()
-
-
-# Settings that change what a run computes; a resumed run must keep them (observation settings such as the
-# logger, eval_every, checkpoint_every, progress, data.root and data loading may change).
-_RESUME_FREE = {"federation": {"eval_every", "checkpoint_every"},
-                "data": {"root", "placement", "num_workers", "eval_batch_size"}}
-
-
-def check_resume_overrides(folder: Path, config_text: str) -> None:
-    """--resume continues the run that was saved: refuse any change of method, data, partition, seed or schedule.
-
-    A setting the saved run lacks (added to fedclust since it started) is no change when it holds the code's
-    default, which is what the run computed with before the setting existed.
-    """
-    saved = yaml.safe_load((folder / "config.yaml").read_text()) or {}
-    now = yaml.safe_load(config_text) or {}
-    old_flat = _flatten({section: saved.get(section) for section in _RESUME_KEPT})
-    new_flat = _flatten({section: now.get(section) for section in _RESUME_KEPT})
-    defaults = _code_defaults(now)
-    for key in sorted(set(old_flat) | set(new_flat)):
-        section, _, leaf = key.partition(".")
-        if leaf.split(".")[0] in _RESUME_FREE.get(section, set()) or old_flat.get(key) == new_flat.get(key):
-            continue
-        if key not in old_flat and key in defaults and new_flat[key] == defaults[key]:
-            continue  # a setting newer than the run, at the default the run had
-        raise ConfigError(key, new_flat.get(key), f"the resumed run's own value {old_flat.get(key)!r} "
-                          "(--resume continues that run; start a new run to change it)")
-
-
-_RESUME_KEPT = ("method", "data", "federation", "seed")
-
-
-def _flatten(tree, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists and other values are leaves."""
-    if not isinstance(tree, dict):
-        return {prefix: tree} if prefix else {}
-    flat = {}
-    for key, value in tree.items():
-        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
-
-
-def _code_defaults(config: dict) -> dict:
-    """The defaults today's code gives each setting of the method and the data and federation sections."""
-    import dataclasses
-    import importlib
-    import inspect
-
-    def as_yaml(value):  # tuples are written to config.yaml as lists
-        return yaml.safe_load(yaml.safe_dump(list(value) if isinstance(value, tuple) else value))
-
-    defaults = {}
-    for section, cls in (("data", DataConfig), ("federation", FederationConfig)):
-        for field in dataclasses.fields(cls):
-            if field.default is not dataclasses.MISSING:
-                defaults[f"{section}.{field.name}"] = as_yaml(field.default)
-    module, _, name = str(config.get("method", {}).get("class_path", "")).rpartition(".")
-    try:
-        method_class = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return defaults
-    for param in inspect.signature(method_class).parameters.values():
-        if param.default is not inspect.Parameter.empty:
-            try:
-                defaults[f"method.init_args.{param.name}"] = as_yaml(param.default)
-            except yaml.YAMLError:
-                continue
-    return defaults

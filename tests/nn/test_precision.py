@@ -82,7 +82,8 @@ def test_a_resumed_run_keeps_the_arithmetic_it_started_in(run_fit, native_cpu_bf
     """auto is resolved once, when the run starts: resumed on a machine without native bf16, it stays in bf16."""
     from lightning.fabric import Fabric
 
-    from fedclust.fit import FabricConfig, fit, started_arithmetic
+    from fedclust.fit import FabricConfig, fit
+    from fedclust.resume import started_arithmetic
 
     native_cpu_bf16(True)
     run_fit(tiny_ccfc(backbone="convnet28", batch_size=32))
@@ -104,7 +105,7 @@ def test_a_resumed_run_keeps_the_arithmetic_it_started_in(run_fit, native_cpu_bf
 
 
 def test_started_arithmetic_ignores_a_garbled_run_log(tmp_path):
-    from fedclust.fit import started_arithmetic
+    from fedclust.resume import started_arithmetic
 
     assert started_arithmetic(tmp_path) is None
     (tmp_path / "run.log").write_text("precision: fp8 (x); memory format: weird\nprecision:\n")
