@@ -47,7 +47,7 @@ def resolve_precision(requested: str, kind: str, method_prefers_bf16: bool) -> t
     if requested != "auto":
         return requested, "as configured"
     if not method_prefers_bf16:
-        return FP32, "auto: this method trains in fp32 unless told otherwise"
+        return FP32, "auto: bf16 is not measured to keep the quality and to pay for this network"
     if not native_bf16(kind):
         return FP32, f"auto: no native bf16 on this {kind.upper()}"
     return BF16, f"auto: native bf16 on this {kind.upper()} and a network measured to keep its quality in bf16"
