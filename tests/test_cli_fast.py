@@ -183,6 +183,7 @@ VALID = [  # (argv, verdict): each accepted by the real parser; "aside" = left t
     (["fit", "--config", "quickstart", "--data.num_clients", "1_000", "--seed", "0x10"], "passed"),
     (["fit", "--config", "quickstart", "--data.name", "[1,2]", "--fabric.devices", "auto"], "passed"),
     (["fit", "--config", "quickstart", "--fabric.devices", "2.5"], "passed"),  # int | str
+    (["fit", "--config", "quickstart", "--fabric.precision", "auto", "--fabric.memory_format", "auto"], "passed"),
     (["fit", "--config", "quickstart", "--method.num_clusters", "null"], "passed"),
     (["fit", "--config", "quickstart", "--method.init_args.crop_scale", "[0.5, 1.0]"], "passed"),
     (["fit", "--config", "quickstart", "--method.dict_kwargs", "{}"], "passed"),
