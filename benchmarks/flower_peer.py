@@ -259,6 +259,8 @@ def run_flower(n: int, rounds: int, policy: str, cpus: int, python: str) -> dict
 def run_fedclust(n: int, rounds: int, policy: str, threads: int, precision: str = "auto") -> dict:
     import csv
 
+    from fedclust.resume import started_arithmetic
+
     folder = WORK / f"fedclust_{n}"
     env = {**os.environ, "OMP_WAIT_POLICY": policy, "OMP_NUM_THREADS": str(threads)}
     cmd = ["fedclust", "fit", "--config",
@@ -275,9 +277,8 @@ def run_fedclust(n: int, rounds: int, policy: str, threads: int, precision: str 
     with open(folder / "metrics.csv", newline="") as f:
         secs = [float(r["seconds"]) for r in csv.DictReader(f)]
     nmi = json.loads((folder / "final.json").read_text())["metrics"]["nmi"]
-    # what `precision: auto` resolved to on this machine (fedclust writes it to run.log)
-    used = next((line.split()[1] for line in (folder / "run.log").read_text().splitlines()
-                 if line.startswith("precision:")), precision)
+    # what `precision: auto` resolved to on this machine, as the run recorded it
+    used = (started_arithmetic(folder) or (precision,))[0]
     return {"rounds": secs, "nmi": nmi, "rss": rss, "pss": pss, "precision": used}
 
 

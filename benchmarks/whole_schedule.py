@@ -27,7 +27,7 @@ from common import RESULTS, ROOT, RUNS, machine
 
 WHOLE = RUNS / "whole"
 TEST_SPLIT = ["--data.split", "test"]
-FP32 = ["--fabric.precision", "32-true", "--fabric.memory_format", "contiguous"]
+FP32 = ["--fabric.precision", "32-true"]  # (memory_format auto is then contiguous)
 
 
 @dataclass(frozen=True)

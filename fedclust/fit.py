@@ -37,7 +37,7 @@ from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
 from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
-from fedclust.resume import check_resume_overrides, started_arithmetic
+from fedclust.resume import arithmetic_line, check_resume_overrides, started_arithmetic
 from fedclust.run_checks import check_device_count, check_embedding_points
 from fedclust.run_folder import CHECKPOINT
 
@@ -171,8 +171,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
                 orch.callbacks.append(FabricLogging())
         if leader:
             with (folder / "run.log").open("a") as log_file:
-                log_file.write(f"k-means backend: {backend}\nprecision: {precision} ({why}); memory format: "
-                               f"{memory_format}\n")
+                log_file.write(f"k-means backend: {backend}\n{arithmetic_line(precision, memory_format, why)}\n")
         with run_log(folder / "run.log") if leader else contextlib.nullcontext():
             final = orch.run()
         if leader:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import yaml
@@ -78,15 +79,21 @@ def _code_defaults(config: dict) -> dict:
     return defaults
 
 
+def arithmetic_line(precision: str, memory_format: str, why: str) -> str:
+    """The run.log line that records the arithmetic a run trains in (started_arithmetic reads it back)."""
+    return f"precision: {precision} ({why}); memory format: {memory_format}"
+
+
+_ARITHMETIC = re.compile(r"precision: (\S+) \(.*\); memory format: (\S+)")
+
+
 def started_arithmetic(folder: Path) -> tuple[str, str] | None:
-    """(precision, memory format) the run in `folder` started with, from its run.log; None if not recorded."""
+    """(precision, memory format) of the first arithmetic_line in the run's run.log; None if there is none valid."""
     log_path = folder / "run.log"
     if not log_path.is_file():
         return None
     for line in log_path.read_text(errors="replace").splitlines():
-        words = line.replace(";", " ").split()
-        if line.startswith("precision: ") and "format:" in words and words[1] in (FP32, BF16):
-            form = words[words.index("format:") + 1]
-            if form in ("contiguous", "channels_last"):
-                return words[1], form
+        found = _ARITHMETIC.fullmatch(line)
+        if found and found[1] in (FP32, BF16) and found[2] in ("contiguous", "channels_last"):
+            return found[1], found[2]
     return None

@@ -110,3 +110,12 @@ def test_started_arithmetic_ignores_a_garbled_run_log(tmp_path):
     assert started_arithmetic(tmp_path) is None
     (tmp_path / "run.log").write_text("precision: fp8 (x); memory format: weird\nprecision:\n")
     assert started_arithmetic(tmp_path) is None
+
+
+def test_the_recorded_line_reads_back_whatever_the_reason_says(tmp_path):
+    from fedclust.resume import arithmetic_line, started_arithmetic
+
+    (tmp_path / "run.log").write_text("k-means backend: torch\n"
+                                      + arithmetic_line("bf16-mixed", "channels_last", "auto: x; (y)") + "\n"
+                                      + arithmetic_line("32-true", "contiguous", "as configured") + "\n")
+    assert started_arithmetic(tmp_path) == ("bf16-mixed", "channels_last")  # the first: how the run started
