@@ -1,0 +1,157 @@
+"""Why FedPNP starts behind FedCC under IID (issue 14: "where a claim does not hold, find out why").
+
+FedPNP differs from FedCC in two things (fedclust/methods/fedpnp.py): the past negatives pool (eq. 3, mu 0.999)
+and the weight alpha of the cluster loss (eq. 8: 2 in round 1, then 0.1; FedCC weighs it 1). This runs the
+first rounds of the whole-schedule IID setting (configs/fedpnp_fmnist.yaml on the Fashion-MNIST test split,
+5 IID clients, 1 local epoch, fp32, seed 0) with one change at a time, and records how many of a batch's
+pairs the pool keeps as negatives:
+
+    nice -n 5 python benchmarks/fedpnp_ablation.py run [--rounds 10] [VARIANT ...]   # resumable
+    python benchmarks/fedpnp_ablation.py report       # benchmarks/results/fedpnp_ablation_fmnist_test.md
+
+Variants: `fedpnp` (the method as configured: reproduces the first rounds of the whole-schedule run, which
+checks that the run is deterministic, and measures its pool), `pool_only` (the pool, alpha 1 throughout, as
+FedCC's weight), `alpha_only` (alpha 2 then 0.1, pool threshold 1.0: only identical soft labels are removed,
+i.e. no pool). FedCC itself is the whole-schedule run `fedcc_iid` (benchmarks/whole_schedule.py).
+Pool statistics: for every batch, the fraction of the n(n-1) ordered pairs j != i that eq. (3) keeps as
+negatives, averaged per client and round (pool.csv in each run folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from common import RESULTS, ROOT, RUNS, machine
+
+OUT = RUNS / "fedpnp_ablation"
+WHOLE = RUNS / "whole"
+BASE = ["--config", str(ROOT / "configs/fedpnp_fmnist.yaml"), "--data.split", "test", "--data.partition", "iid",
+        "--fabric.precision", "32-true", "--federation.checkpoint_every", "5", "--progress", "false"]
+VARIANTS = {
+    "fedpnp": [],
+    "pool_only": ["--method.init_args.alpha_first", "1.0", "--method.init_args.alpha", "1.0"],
+    "alpha_only": ["--method.init_args.pool_threshold", "1.0"],
+}
+
+
+def run(variants: list[str], rounds: int) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for name in variants:
+        folder = OUT / name
+        if (folder / "final.json").exists():
+            continue
+        where = (["--resume", str(folder)] if (folder / "checkpoints" / "last.ckpt").exists()
+                 else [*BASE, *VARIANTS[name], "--method.init_args.rounds", str(rounds), "--run_dir", str(folder)])
+        print(name, " ".join(where), flush=True)
+        subprocess.run([sys.executable, __file__, "_child", str(folder), *where], check=True, cwd=ROOT, env=env)
+
+
+def child(folder: Path, argv: list[str]) -> None:
+    """`fedclust fit` with FedPNP's pool measured: the pool function is wrapped, one row per client and round."""
+    import fedclust.methods.fedpnp as fedpnp
+    from fedclust.__main__ import main
+
+    original_pool, original_start, original_end = fedpnp.pnp_pool, fedpnp.FedPNP.on_client_start, \
+        fedpnp.FedPNP.on_client_end
+    seen: dict[str, object] = {"fractions": []}
+
+    def pool(y_a, y_b, threshold=0.999):
+        mask = original_pool(y_a, y_b, threshold)
+        n = len(y_a)
+        seen["fractions"].append(float(mask.sum()) / max(n * (n - 1), 1))
+        return mask
+
+    def on_client_start(self, ctx):
+        seen.update(round=ctx.round + 1, client=ctx.client_id, fractions=[])
+        original_start(self, ctx)
+
+    def on_client_end(self, ctx):
+        fractions = seen["fractions"]
+        path = folder / "pool.csv"
+        new = not path.exists()
+        with path.open("a", newline="") as f:
+            writer = csv.writer(f)
+            if new:
+                writer.writerow(["round", "client", "batches", "pool_fraction", "min_batch_fraction"])
+            writer.writerow([seen["round"], seen["client"], len(fractions),
+                             statistics.fmean(fractions) if fractions else "", min(fractions, default="")])
+        return original_end(self, ctx)
+
+    fedpnp.pnp_pool = pool
+    fedpnp.FedPNP.on_client_start, fedpnp.FedPNP.on_client_end = on_client_start, on_client_end
+    sys.exit(main(["fit", *argv]))
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _nmi_by_round(folder: Path) -> dict[int, float]:
+    return {int(r["round"]): float(r["nmi"]) for r in _rows(folder / "metrics.csv") if r.get("nmi")}
+
+
+def _pool_by_round(folder: Path) -> dict[int, float]:
+    last: dict[tuple[int, int], float] = {}  # a resumed round is measured again: its last rows count
+    for r in _rows(folder / "pool.csv"):
+        if r["pool_fraction"]:
+            last[(int(r["round"]), int(r["client"]))] = float(r["pool_fraction"])
+    rounds = sorted({k[0] for k in last})
+    return {t: statistics.fmean(v for (s, _), v in last.items() if s == t) for t in rounds}
+
+
+def report() -> None:
+    curves = {"FedCC (whole-schedule fedcc_iid)": _nmi_by_round(WHOLE / "fedcc_iid"),
+              "FedPNP (whole-schedule fedpnp_iid)": _nmi_by_round(WHOLE / "fedpnp_iid")}
+    labels = {"fedpnp": "FedPNP, rerun here (pool + alpha 2/0.1)", "pool_only": "pool only (alpha 1)",
+              "alpha_only": "alpha 2/0.1 only (no pool)"}
+    pools = {}
+    for name, label in labels.items():
+        curves[label] = _nmi_by_round(OUT / name)
+        pools[label] = _pool_by_round(OUT / name)
+    rounds = sorted({t for name, label in labels.items() for t in curves[label]})
+    if not rounds:
+        sys.exit("no ablation run has metrics yet: run `python benchmarks/fedpnp_ablation.py run` first")
+    head = "| run | " + " | ".join(f"r{t}" for t in rounds) + " |"
+    rule = "|---|" + "---|" * len(rounds)
+    lines = ["# FedPNP under IID: the pool and alpha, one at a time (issue 14)", "",
+             f"Generated by `python benchmarks/fedpnp_ablation.py report`. Machine: {machine()}.",
+             "Setting: the whole-schedule IID run's (configs/fedpnp_fmnist.yaml, Fashion-MNIST test split, 10,000 "
+             "images, 5 IID clients, 1 local epoch, batch 128, Adam 3e-4, fp32, seed 0), first rounds only.", "",
+             "## NMI per round", "", head, rule]
+    for label, curve in curves.items():
+        lines.append(f"| {label} | " + " | ".join(f"{curve[t]:.3f}" if t in curve else "" for t in rounds) + " |")
+    lines += ["", "## Fraction of a batch's pairs the pool keeps as negatives (mean over clients and batches)", "",
+              head, rule]
+    for label, pool in pools.items():
+        lines.append(f"| {label} | " + " | ".join(f"{pool[t]:.3f}" if t in pool else "" for t in rounds) + " |")
+    out = RESULTS / "fedpnp_ablation_fmnist_test.md"
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["_child"]:
+        child(Path(sys.argv[2]), sys.argv[3:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["run", "report"])
+    parser.add_argument("variants", nargs="*", default=list(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--rounds", type=int, default=10)
+    opts = parser.parse_args()
+    unknown = [v for v in opts.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant {unknown[0]!r}; valid: {', '.join(VARIANTS)}")
+    run(opts.variants, opts.rounds) if opts.command == "run" else report()
+
+
+if __name__ == "__main__":
+    main()
