@@ -50,11 +50,11 @@ def _contrastive(config: str, setting: str) -> Run:
                "100 rounds, 5 clients, 1 local epoch (paper: 5), batch 128, Adam 3e-4")
 
 
-def _two_stage(config: str, setting: str, rounds: list[str]) -> Run:
+def _two_stage(config: str, setting: str, rounds: list[str], schedule: str) -> Run:
     partition = (["--data.partition", "pathological", "--data.num_classes_per_partition", "2",
                   "--data.class_assignment_mode", "disjoint"] if setting == "noniid" else ["--data.partition", "iid"])
     return Run(config, [*TEST_SPLIT, *partition, *rounds, "--federation.eval_every", "5"], "",
-               "100 + 10 rounds, 5 clients, 1 local epoch (paper: 5), batch 128")
+               f"{schedule}, 5 clients, 1 local epoch (paper: 5), batch 128")
 
 
 RUNS_BY_NAME: dict[str, Run] = {
@@ -70,14 +70,16 @@ RUNS_BY_NAME: dict[str, Run] = {
     "kmeans": Run("configs/kmeans_fmnist.yaml", TEST_SPLIT, "CCFC Table 1 KM, Fashion-MNIST (70,000 images): 0.6070"),
     **{f"{m}_{s}": _contrastive(f"configs/{m}_fmnist.yaml", s) for m in ("fedcc", "fedpnp") for s in ("iid", "dir01")},
     **{f"fedmcc_{s}": _two_stage("configs/fedmcc_fmnist.yaml", s, ["--method.init_args.representation_rounds", "100",
-                                                                   "--method.init_args.cluster_rounds", "10"])
+                                                                   "--method.init_args.cluster_rounds", "10"],
+                                    "100 representation + 10 cluster rounds")
        for s in ("iid", "noniid")},
-    **{f"fedu_kmeans_{s}": _two_stage("configs/fedu_kmeans_fmnist.yaml", s, ["--method.init_args.rounds", "100"])
+    **{f"fedu_kmeans_{s}": _two_stage("configs/fedu_kmeans_fmnist.yaml", s, ["--method.init_args.rounds", "100"],
+                                           "100 FedU rounds, then k-means on the global encoder")
        for s in ("iid", "noniid")},
 }
 # Fed+CC is FedMCC's baseline: FedCC for 100 rounds under FedMCC's splits.
 RUNS_BY_NAME.update({f"fedcc_{s}_fedmcc_split": _two_stage("configs/fedcc_fmnist.yaml", s,
-                                                             ["--method.init_args.rounds", "100"])
+                                                             ["--method.init_args.rounds", "100"], "100 rounds")
                      for s in ("iid", "noniid")})
 
 
