@@ -28,6 +28,9 @@ from common import RESULTS, ROOT, RUNS, machine
 WHOLE = RUNS / "whole"
 TEST_SPLIT = ["--data.split", "test"]
 FP32 = ["--fabric.precision", "32-true"]  # (memory_format auto is then contiguous)
+# this checkout's package, run from ROOT: a run that spans sessions keeps working when the editable install
+# is re-pointed elsewhere (a CI run from a clean clone does that)
+FEDCLUST = [sys.executable, "-m", "fedclust"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def run(name: str, threads: int) -> None:
         print(f"{name}: done")
         return
     if (folder / "checkpoints" / "last.ckpt").exists():
-        command = ["fedclust", "fit", "--resume", str(folder), "--progress", "false"]
+        command = [*FEDCLUST, "fit", "--resume", str(folder), "--progress", "false"]
     else:
         if folder.exists():  # died before its first checkpoint: keep it aside, start again
             n = 1
@@ -117,7 +120,7 @@ def run(name: str, threads: int) -> None:
             folder.rename(folder.with_name(f"{name}.incomplete-{n}"))
         # fp32, as the papers trained and as the first runs here did (precision: auto would put CCFC's
         # ConvNet28 in bf16 on this CPU, and the curves must compare)
-        command = ["fedclust", "fit", "--config", str(ROOT / spec.config), *spec.overrides, *FP32,
+        command = [*FEDCLUST, "fit", "--config", str(ROOT / spec.config), *spec.overrides, *FP32,
                    "--federation.checkpoint_every", "5", "--run_dir", str(folder), "--progress", "false"]
     print(f"{name}: {' '.join(command)}", flush=True)
     subprocess.run(command, check=True, cwd=ROOT, env=env)
