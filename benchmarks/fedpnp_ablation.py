@@ -1,21 +1,21 @@
-"""Why FedPNP starts behind FedCC under IID (issue 14: "where a claim does not hold, find out why").
+"""Where FedPNP's difference from FedCC comes from (issue 14: "where a claim does not hold, find out why").
 
 FedPNP differs from FedCC in two things (fedclust/methods/fedpnp.py): the past negatives pool (eq. 3, mu 0.999)
 and the weight alpha of the cluster loss (eq. 8: 2 in round 1, then 0.1; FedCC weighs it 1). This runs the
-first rounds of the whole-schedule IID setting (configs/fedpnp_fmnist.yaml on the Fashion-MNIST test split,
-5 IID clients, 1 local epoch, fp32, seed 0) with one change at a time, and records how many of a batch's
-pairs the pool keeps as negatives:
+first rounds of a whole-schedule setting (configs/fedpnp_fmnist.yaml on the Fashion-MNIST test split, 5 clients,
+IID or Dirichlet 0.1 as in benchmarks/whole_schedule.py, 1 local epoch, fp32, seed 0) with one change at a time,
+and records how many of a batch's pairs the pool keeps as negatives:
 
-    nice -n 5 python benchmarks/fedpnp_ablation.py run [--rounds 10] [VARIANT ...]   # resumable
+    nice -n 5 python benchmarks/fedpnp_ablation.py run [--rounds 10] [--setting iid|dir01] [VARIANT ...]
     python benchmarks/fedpnp_ablation.py report       # benchmarks/results/fedpnp_ablation_fmnist_test.md
 
 Variants: `fedpnp` (the method as configured: reproduces the first rounds of the whole-schedule run, which
 checks that the run is deterministic, and measures its pool), `pool_only` (the pool, alpha 1 throughout, as
 FedCC's weight), `alpha_only` (alpha 2 then 0.1, pool threshold 1.0: only identical soft labels are removed,
 i.e. no pool), `wide_pool` (the method with mu 0.9 instead of 0.999: a pair leaves the negatives when
-||u - v||^2 < 0.105, another reading of eq. 3 under which the pool acts). FedCC itself is the whole-schedule run `fedcc_iid` (benchmarks/whole_schedule.py).
-Pool statistics: for every batch, the fraction of the n(n-1) ordered pairs j != i that eq. (3) keeps as
-negatives, averaged per client and round (pool.csv in each run folder).
+||u - v||^2 < 0.105, another reading of eq. 3 under which the pool acts). FedCC itself is the whole-schedule
+run `fedcc_<setting>`. Pool statistics: for every batch, the fraction of the n(n-1) ordered pairs j != i that
+eq. (3) keeps as negatives, averaged per client and round (pool.csv in each run folder).
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ from common import RESULTS, ROOT, RUNS, machine
 
 OUT = RUNS / "fedpnp_ablation"
 WHOLE = RUNS / "whole"
-BASE = ["--config", str(ROOT / "configs/fedpnp_fmnist.yaml"), "--data.split", "test", "--data.partition", "iid",
+BASE = ["--config", str(ROOT / "configs/fedpnp_fmnist.yaml"), "--data.split", "test",
         "--fabric.precision", "32-true", "--federation.checkpoint_every", "5", "--progress", "false"]
+# the whole-schedule runs' partitions (benchmarks/whole_schedule.py); folder prefix, overrides
+SETTINGS = {"iid": ("", ["--data.partition", "iid"]),
+            "dir01": ("dir01_", ["--data.partition", "dirichlet", "--data.alpha", "0.1"])}
 VARIANTS = {
     "fedpnp": [],
     "pool_only": ["--method.init_args.alpha_first", "1.0", "--method.init_args.alpha", "1.0"],
@@ -42,14 +45,16 @@ VARIANTS = {
 }
 
 
-def run(variants: list[str], rounds: int) -> None:
+def run(variants: list[str], rounds: int, setting: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    prefix, partition = SETTINGS[setting]
     for name in variants:
-        folder = OUT / name
+        folder = OUT / f"{prefix}{name}"
         if (folder / "final.json").exists():
             continue
         where = (["--resume", str(folder)] if (folder / "checkpoints" / "last.ckpt").exists()
-                 else [*BASE, *VARIANTS[name], "--method.init_args.rounds", str(rounds), "--run_dir", str(folder)])
+                 else [*BASE, *partition, *VARIANTS[name], "--method.init_args.rounds", str(rounds),
+                       "--run_dir", str(folder)])
         print(name, " ".join(where), flush=True)
         subprocess.run([sys.executable, __file__, "_child", str(folder), *where], check=True, cwd=ROOT, env=env)
 
@@ -110,34 +115,45 @@ def _pool_by_round(folder: Path) -> dict[int, float]:
     return {t: statistics.fmean(v for (s, _), v in last.items() if s == t) for t in rounds}
 
 
-def report() -> None:
-    curves = {"FedCC (whole-schedule fedcc_iid)": _nmi_by_round(WHOLE / "fedcc_iid"),
-              "FedPNP (whole-schedule fedpnp_iid)": _nmi_by_round(WHOLE / "fedpnp_iid")}
-    labels = {"fedpnp": "FedPNP, rerun here (pool + alpha 2/0.1)", "pool_only": "pool only (alpha 1)",
-              "alpha_only": "alpha 2/0.1 only (no pool)",
-              "wide_pool": "FedPNP with mu 0.9 (wider pool)"}
+LABELS = {"fedpnp": "FedPNP, rerun here (pool + alpha 2/0.1)", "pool_only": "pool only (alpha 1)",
+          "alpha_only": "alpha 2/0.1 only (no pool)", "wide_pool": "FedPNP with mu 0.9 (wider pool)"}
+
+
+def _section(setting: str) -> list[str]:
+    prefix, partition = SETTINGS[setting]
+    curves = {f"FedCC (whole-schedule fedcc_{setting})": _nmi_by_round(WHOLE / f"fedcc_{setting}"),
+              f"FedPNP (whole-schedule fedpnp_{setting})": _nmi_by_round(WHOLE / f"fedpnp_{setting}")}
     pools = {}
-    for name, label in labels.items():
-        curves[label] = _nmi_by_round(OUT / name)
-        pools[label] = _pool_by_round(OUT / name)
-    rounds = sorted({t for name, label in labels.items() for t in curves[label]})
+    for name, label in LABELS.items():
+        if (OUT / f"{prefix}{name}").exists():
+            curves[label] = _nmi_by_round(OUT / f"{prefix}{name}")
+            pools[label] = _pool_by_round(OUT / f"{prefix}{name}")
+    rounds = sorted({t for label in pools for t in curves[label]})
     if not rounds:
-        sys.exit("no ablation run has metrics yet: run `python benchmarks/fedpnp_ablation.py run` first")
+        return []
     head = "| run | " + " | ".join(f"r{t}" for t in rounds) + " |"
     rule = "|---|" + "---|" * len(rounds)
-    lines = ["# FedPNP under IID: the pool and alpha, one at a time (issue 14)", "",
-             f"Generated by `python benchmarks/fedpnp_ablation.py report`. Machine: {machine()}.",
-             "Setting: the whole-schedule IID run's (configs/fedpnp_fmnist.yaml, Fashion-MNIST test split, 10,000 "
-             "images, 5 IID clients, 1 local epoch, batch 128, Adam 3e-4, fp32, seed 0), first rounds only.", "",
-             "## NMI per round", "", head, rule]
+    lines = [f"## {setting}: `{' '.join(partition)}`", "", "NMI per round:", "", head, rule]
     for label, curve in curves.items():
         lines.append(f"| {label} | " + " | ".join(f"{curve[t]:.3f}" if t in curve else "" for t in rounds) + " |")
-    lines += ["", "## Fraction of a batch's pairs the pool keeps as negatives (mean over clients and batches)", "",
+    lines += ["", "Fraction of a batch's pairs the pool keeps as negatives (mean over clients and batches):", "",
               head, rule]
     for label, pool in pools.items():
         lines.append(f"| {label} | " + " | ".join(f"{pool[t]:.3f}" if t in pool else "" for t in rounds) + " |")
+    return [*lines, ""]
+
+
+def report() -> None:
+    sections = [line for setting in SETTINGS for line in _section(setting)]
+    if not sections:
+        sys.exit("no ablation run has metrics yet: run `python benchmarks/fedpnp_ablation.py run` first")
+    lines = ["# FedPNP: the pool and alpha, one at a time (issue 14)", "",
+             f"Generated by `python benchmarks/fedpnp_ablation.py report`. Machine: {machine()}.",
+             "Setting: the whole-schedule runs' (configs/fedpnp_fmnist.yaml, Fashion-MNIST test split, 10,000 "
+             "images, 5 clients, 1 local epoch, batch 128, Adam 3e-4, fp32, seed 0), first rounds only.", "",
+             *sections]
     out = RESULTS / "fedpnp_ablation_fmnist_test.md"
-    out.write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(lines))
     print(f"wrote {out}")
 
 
@@ -149,11 +165,12 @@ def main() -> None:
     parser.add_argument("command", choices=["run", "report"])
     parser.add_argument("variants", nargs="*", default=list(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--setting", choices=list(SETTINGS), default="iid", help="the partition (run)")
     opts = parser.parse_intermixed_args()
     unknown = [v for v in opts.variants if v not in VARIANTS]
     if unknown:
         parser.error(f"unknown variant {unknown[0]!r}; valid: {', '.join(VARIANTS)}")
-    run(opts.variants, opts.rounds) if opts.command == "run" else report()
+    run(opts.variants, opts.rounds, opts.setting) if opts.command == "run" else report()
 
 
 if __name__ == "__main__":
