@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
@@ -35,6 +36,14 @@ def run_config(config: str, name: str, overrides: list[str], fresh: bool = False
     result["wall_seconds"] = time.perf_counter() - start
     final.write_text(json.dumps(result, indent=2))
     return result
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file with a header (metrics.csv of a run folder, ...); [] when it does not exist."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def machine() -> str:

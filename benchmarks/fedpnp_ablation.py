@@ -28,10 +28,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import RESULTS, ROOT, RUNS, machine
+from common import RESULTS, ROOT, RUNS, csv_rows, machine
+from whole_schedule import WHOLE, nmi_by_round
 
 OUT = RUNS / "fedpnp_ablation"
-WHOLE = RUNS / "whole"
 BASE = ["--config", str(ROOT / "configs/fedpnp_fmnist.yaml"), "--data.split", "test",
         "--fabric.precision", "32-true", "--federation.checkpoint_every", "5", "--progress", "false"]
 # the whole-schedule runs' partitions (benchmarks/whole_schedule.py); folder prefix, overrides
@@ -95,20 +95,9 @@ def child(folder: Path, argv: list[str]) -> None:
     sys.exit(main(["fit", *argv]))
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _nmi_by_round(folder: Path) -> dict[int, float]:
-    return {int(r["round"]): float(r["nmi"]) for r in _rows(folder / "metrics.csv") if r.get("nmi")}
-
-
 def _pool_by_round(folder: Path) -> dict[int, float]:
     last: dict[tuple[int, int], float] = {}  # a resumed round is measured again: its last rows count
-    for r in _rows(folder / "pool.csv"):
+    for r in csv_rows(folder / "pool.csv"):
         if r["pool_fraction"]:
             last[(int(r["round"]), int(r["client"]))] = float(r["pool_fraction"])
     rounds = sorted({k[0] for k in last})
@@ -121,12 +110,12 @@ LABELS = {"fedpnp": "FedPNP, rerun here (pool + alpha 2/0.1)", "pool_only": "poo
 
 def _section(setting: str) -> list[str]:
     prefix, partition = SETTINGS[setting]
-    curves = {f"FedCC (whole-schedule fedcc_{setting})": _nmi_by_round(WHOLE / f"fedcc_{setting}"),
-              f"FedPNP (whole-schedule fedpnp_{setting})": _nmi_by_round(WHOLE / f"fedpnp_{setting}")}
+    curves = {f"FedCC (whole-schedule fedcc_{setting})": nmi_by_round(WHOLE / f"fedcc_{setting}"),
+              f"FedPNP (whole-schedule fedpnp_{setting})": nmi_by_round(WHOLE / f"fedpnp_{setting}")}
     pools = {}
     for name, label in LABELS.items():
         if (OUT / f"{prefix}{name}").exists():
-            curves[label] = _nmi_by_round(OUT / f"{prefix}{name}")
+            curves[label] = nmi_by_round(OUT / f"{prefix}{name}")
             pools[label] = _pool_by_round(OUT / f"{prefix}{name}")
     rounds = sorted({t for label in pools for t in curves[label]})
     if not rounds:

@@ -15,7 +15,6 @@ benchmarks/results/whole_schedule_fmnist_test.html (`fedclust compare` over ever
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import RESULTS, ROOT, RUNS, machine
+from common import RESULTS, ROOT, RUNS, csv_rows, machine
 
 WHOLE = RUNS / "whole"
 TEST_SPLIT = ["--data.split", "test"]
@@ -97,11 +96,37 @@ def state(name: str) -> str:
 
 
 def _metrics(folder: Path) -> list[dict[str, str]]:
-    path = folder / "metrics.csv"
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    return csv_rows(folder / "metrics.csv")
+
+
+def nmi_by_round(folder: Path) -> dict[int, float]:
+    """NMI of every scored round of a run folder (rounds without a score are left out)."""
+    return {int(r["round"]): float(r["nmi"]) for r in _metrics(folder) if r.get("nmi")}
+
+
+# The papers' claims as (baseline run, run that should beat it, the claim); scored round by round in `report`.
+CLAIMS = [("fedcc_iid", "fedpnp_iid", "FedPNP > FedCC, IID"),
+          ("fedcc_dir01", "fedpnp_dir01", "FedPNP > FedCC, Dirichlet 0.1"),
+          ("fedcc_iid_fedmcc_split", "fedmcc_iid", "FedMCC > Fed+CC, IID"),
+          ("fedcc_noniid_fedmcc_split", "fedmcc_noniid", "FedMCC > Fed+CC, non-IID")]
+
+
+def claim_rows() -> list[str]:
+    """One table row per claim whose two runs share scored rounds: how often and by how much the claim holds."""
+    rows = []
+    for base, claimant, claim in CLAIMS:
+        a, b = nmi_by_round(WHOLE / base), nmi_by_round(WHOLE / claimant)
+        shared = sorted(set(a) & set(b))
+        if not shared:
+            continue
+        tail = shared[-20:]
+        best_a, best_b = max(a, key=a.get), max(b, key=b.get)
+        rows.append(f"| {claim} | {claimant} vs {base} | {len(shared)} (to round {shared[-1]}) | "
+                    f"{sum(b[t] > a[t] for t in shared)} | {sum(b[t] for t in tail) / len(tail):.3f} vs "
+                    f"{sum(a[t] for t in tail) / len(tail):.3f} | "
+                    f"{b[best_b]:.3f} ({best_b}) vs {a[best_a]:.3f} ({best_a}) | "
+                    f"{b[shared[-1]]:.4f} vs {a[shared[-1]]:.4f} |")
+    return rows
 
 
 def run(name: str, threads: int) -> None:
@@ -148,13 +173,18 @@ def report() -> None:
                      f"{spec.note}; overrides `{' '.join(spec.overrides)}` | {spec.paper} |")
         if rows:
             curves.append(f"- {name}: " + ", ".join(f"{r['round']}: {float(r['nmi']):.3f}" for r in rows))
+    claims = claim_rows()
+    if claims:
+        lines += ["", "## The papers' claims, round by round (NMI; claimant first)", "",
+                  "| claim | runs | shared scored rounds | rounds the claimant is higher | mean of the last 20 shared "
+                  "| best (round) | last shared round |", "|---|---|---|---|---|---|---|", *claims]
     lines += ["", "## NMI per scored round", "", *curves, ""]
     out = RESULTS / "whole_schedule_fmnist_test.md"
     out.write_text("\n".join(lines))
     print(out)
     started = [str(WHOLE / n) for n in RUNS_BY_NAME if _metrics(WHOLE / n)]  # unfinished runs show their curve so far
     if started:
-        subprocess.run(["fedclust", "compare", *started, "--output",
+        subprocess.run([*FEDCLUST, "compare", *started, "--output",
                         str(RESULTS / "whole_schedule_fmnist_test.html")], check=True, cwd=ROOT)
 
 
