@@ -16,10 +16,11 @@ Choices the paper leaves open, and what is done here:
   Gaussian kernel s(u, v) = exp(-||u - v||^2) (bandwidth 1) is used: s in (0, 1], s = 1 for identical
   soft labels, and s < 0.999 means ||u - v||^2 > 1.0005e-3. With mu = 0.999 only pairs with almost
   identical soft labels (confidently the same cluster, or both near-uniform) are removed from the negatives.
-  Measured consequence (benchmarks/results/fedpnp_ablation_fmnist_test.md, Fashion-MNIST, IID and Dirichlet
-  0.1): after round 2 the pool keeps 99.6-99.9 % of a batch's pairs, so FedPNP's difference from FedCC there is
-  alpha; the pool acts only once the cluster head is confident (with alpha 1 under IID the kept share falls to
-  98.8 % by round 10). `pool_threshold` lowers mu for users who want a wider pool (mu 0.9 keeps 39-87 %).
+  Measured consequence (benchmarks/results/fedpnp_ablation_fmnist_test.md, Fashion-MNIST, first 10 rounds): under
+  IID the pool keeps 99.7-99.9 % of a batch's pairs from round 2 (under Dirichlet 0.1, measured with alpha 1,
+  99.6-99.8 % from round 3), so FedPNP's difference from FedCC there is alpha; the pool acts only once the
+  cluster head is confident (with alpha 1 under IID the kept share falls to 98.8 % by round 10).
+  `pool_threshold` lowers mu for users who want a wider pool (mu 0.9 keeps 39-87 %).
 - The pool is per batch and index-based: P is an n x n mask shared by both views; an anchor of view a has
   as negatives u_j and v_j for j in P_i (eq. 5), as in NT-Xent. Both views act as anchors (mean over
   2n anchors, as CC and `nt_xent`).
