@@ -104,28 +104,52 @@ def nmi_by_round(folder: Path) -> dict[int, float]:
     return {int(r["round"]): float(r["nmi"]) for r in _metrics(folder) if r.get("nmi")}
 
 
-# The papers' claims as (baseline run, run that should beat it, the claim); scored round by round in `report`.
-CLAIMS = [("fedcc_iid", "fedpnp_iid", "FedPNP > FedCC, IID"),
-          ("fedcc_dir01", "fedpnp_dir01", "FedPNP > FedCC, Dirichlet 0.1"),
-          ("fedcc_iid_fedmcc_split", "fedmcc_iid", "FedMCC > Fed+CC, IID"),
-          ("fedcc_noniid_fedmcc_split", "fedmcc_noniid", "FedMCC > Fed+CC, non-IID")]
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim as two runs: `claimant` should end above `baseline`. `clusters_from` is the first round
+    at which the claimant's clustering means anything (FedMCC's cluster head is untrained in its representation
+    stage, so its rounds 1-100 score a random head); rounds before it are left out of the round-by-round
+    columns, and the finals are compared whatever their round."""
+    baseline: str
+    claimant: str
+    text: str
+    clusters_from: int = 1
+
+
+CLAIMS = [Claim("fedcc_iid", "fedpnp_iid", "FedPNP > FedCC, IID"),
+          Claim("fedcc_dir01", "fedpnp_dir01", "FedPNP > FedCC, Dirichlet 0.1"),
+          Claim("fedcc_iid_fedmcc_split", "fedmcc_iid", "FedMCC > Fed+CC, IID", clusters_from=101),
+          Claim("fedcc_noniid_fedmcc_split", "fedmcc_noniid", "FedMCC > Fed+CC, non-IID", clusters_from=101)]
+
+
+def _final_nmi(name: str) -> float | None:
+    final = WHOLE / name / "final.json"
+    return float(json.loads(final.read_text())["metrics"]["nmi"]) if final.exists() else None
 
 
 def claim_rows() -> list[str]:
-    """One table row per claim whose two runs share scored rounds: how often and by how much the claim holds."""
+    """One table row per claim with something to compare: the finals (once both runs are done), then how often
+    and by how much the claim holds round by round over the rounds both runs score meaningfully."""
     rows = []
-    for base, claimant, claim in CLAIMS:
-        a, b = nmi_by_round(WHOLE / base), nmi_by_round(WHOLE / claimant)
-        shared = sorted(set(a) & set(b))
-        if not shared:
+    for claim in CLAIMS:
+        a, b = nmi_by_round(WHOLE / claim.baseline), nmi_by_round(WHOLE / claim.claimant)
+        shared = sorted(t for t in set(a) & set(b) if t >= claim.clusters_from)
+        finals = (_final_nmi(claim.claimant), _final_nmi(claim.baseline))
+        if not shared and None in finals:
             continue
-        tail = shared[-20:]
-        best_a, best_b = max(a, key=a.get), max(b, key=b.get)
-        rows.append(f"| {claim} | {claimant} vs {base} | {len(shared)} (to round {shared[-1]}) | "
-                    f"{sum(b[t] > a[t] for t in shared)} | {sum(b[t] for t in tail) / len(tail):.3f} vs "
-                    f"{sum(a[t] for t in tail) / len(tail):.3f} | "
-                    f"{b[best_b]:.3f} ({best_b}) vs {a[best_a]:.3f} ({best_a}) | "
-                    f"{b[shared[-1]]:.4f} vs {a[shared[-1]]:.4f} |")
+        final = "both not done" if None in finals else f"{finals[0]:.4f} vs {finals[1]:.4f}"
+        meaningful = {t: v for t, v in b.items() if t >= claim.clusters_from}
+        best = ""
+        if meaningful and a:
+            best_a, best_b = max(a, key=a.get), max(meaningful, key=meaningful.get)
+            best = f"{b[best_b]:.3f} ({best_b}) vs {a[best_a]:.3f} ({best_a})"
+        if shared:
+            tail = shared[-20:]
+            by_round = (f"{len(shared)} (to round {shared[-1]}) | {sum(b[t] > a[t] for t in shared)} | "
+                        f"{sum(b[t] for t in tail) / len(tail):.3f} vs {sum(a[t] for t in tail) / len(tail):.3f}")
+        else:
+            by_round = f"none (the claimant clusters from round {claim.clusters_from}) | | "
+        rows.append(f"| {claim.text} | {claim.claimant} vs {claim.baseline} | {final} | {best} | {by_round} |")
     return rows
 
 
@@ -175,9 +199,12 @@ def report() -> None:
             curves.append(f"- {name}: " + ", ".join(f"{r['round']}: {float(r['nmi']):.3f}" for r in rows))
     claims = claim_rows()
     if claims:
-        lines += ["", "## The papers' claims, round by round (NMI; claimant first)", "",
-                  "| claim | runs | shared scored rounds | rounds the claimant is higher | mean of the last 20 shared "
-                  "| best (round) | last shared round |", "|---|---|---|---|---|---|---|", *claims]
+        lines += ["", "## The papers' claims (NMI; claimant first)", "",
+                  "Round by round only over rounds where both runs' clusterings mean something: FedMCC's "
+                  "cluster head is trained only in its cluster stage (rounds 101-110), so against Fed+CC the "
+                  "finals and bests carry the claim.", "",
+                  "| claim | runs | final | best (round) | shared scored rounds | rounds the claimant is higher "
+                  "| mean of the last 20 shared |", "|---|---|---|---|---|---|---|", *claims]
     lines += ["", "## NMI per scored round", "", *curves, ""]
     out = RESULTS / "whole_schedule_fmnist_test.md"
     out.write_text("\n".join(lines))
