@@ -3,6 +3,8 @@
     python benchmarks/whole_schedule.py list                        # the runs and their state
     nice -n 19 python benchmarks/whole_schedule.py run ccfc_p0 ccfc_p1 --threads 1   # start or resume
     python benchmarks/whole_schedule.py report                      # results file + compare page
+    python benchmarks/whole_schedule.py snapshot fedmcc_iid --at 100  # keep the model of round 100 aside
+    python benchmarks/whole_schedule.py probe fedmcc_iid_round100 fedcc_iid_fedmcc_split  # k-means on each z
 
 Every run is an ordinary `fedclust fit` in benchmarks/runs/whole/NAME that checkpoints every 5 rounds;
 `run` resumes a run folder that holds a checkpoint and no final.json, so a run cut off by the end of a
@@ -17,8 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,6 +179,72 @@ def run(name: str, threads: int) -> None:
     subprocess.run(command, check=True, cwd=ROOT, env=env)
 
 
+def snapshot(name: str, at: int, poll_seconds: float = 10.0) -> Path:
+    """Keep a running run's model of round `at` (a stage boundary: FedMCC's representation after its 100 rounds)
+    as a run folder of its own, NAME_roundAT, which `fedclust evaluate` and the `representations` data set read.
+    Waits for the checkpoint of that round (`at` must be a checkpoint round: a multiple of 5); the checkpoint is
+    hard-linked (the run replaces it atomically, so the link keeps the round's file)."""
+    from fedclust.callbacks.checkpoint import load_checkpoint
+
+    folder, kept = WHOLE / name, WHOLE / f"{name}_round{at}"
+    source = folder / "checkpoints" / "last.ckpt"
+    target = kept / "checkpoints" / "last.ckpt"
+    if target.exists():
+        return kept
+    kept.mkdir(exist_ok=True)
+    target.parent.mkdir(exist_ok=True)
+    while True:
+        rows = _metrics(folder)
+        if rows and int(rows[-1]["round"]) >= at and source.exists():
+            probe = target.with_suffix(".tmp")
+            probe.unlink(missing_ok=True)
+            os.link(source, probe)
+            done = load_checkpoint(probe)["done"]
+            if done == at:
+                probe.rename(target)
+                break
+            probe.unlink()
+            if done > at:
+                sys.exit(f"{name}: its checkpoint is already at round {done}, past {at}")
+        time.sleep(poll_seconds)
+    for extra in ("config.yaml", "partition.csv", "partition.txt"):
+        shutil.copy2(folder / extra, kept / extra)
+    header, *lines = (folder / "metrics.csv").read_text().splitlines()
+    (kept / "metrics.csv").write_text("\n".join([header, *(r for r in lines if int(r.split(",")[0]) <= at)]) + "\n")
+    print(kept)
+    return kept
+
+
+PROBES = WHOLE / "probe_kmeans"
+
+
+def probe(name: str, threads: int) -> None:
+    """Centralized k-means (configs/kmeans_fmnist.yaml: 10 restarts, L2-normalised) on the representations
+    (`method.embed`) that a run folder's saved model gives the same 10,000 test images: how well each run's
+    representation clusters, whatever its own cluster head does. It is how FedU + K-means clusters, so
+    FedMCC's representation after stage 1 and Fed+CC's can be put beside it."""
+    folder, out = WHOLE / name, PROBES / name
+    if (out / "final.json").exists():
+        print(f"probe {name}: done")
+        return
+    shutil.rmtree(out, ignore_errors=True)  # no checkpoint worth resuming: one k-means
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    command = [*FEDCLUST, "fit", "--config", str(ROOT / "configs/kmeans_fmnist.yaml"), "--data.name",
+               "representations", "--data.split", "test", "--data.options", json.dumps({"run": str(folder)}),
+               "--run_dir", str(out), "--progress", "false"]
+    print(f"probe {name}: {' '.join(command)}", flush=True)
+    subprocess.run(command, check=True, cwd=ROOT, env=env)
+
+
+def probe_rows() -> list[str]:
+    rows = []
+    for out in sorted(PROBES.glob("*/final.json")):
+        m = json.loads(out.read_text())["metrics"]
+        rows.append(f"| {out.parent.name} | " + " | ".join(f"{float(m[k]):.4f}" for k in ("nmi", "acc", "ari", "kappa"))
+                    + " |")
+    return rows
+
+
 def report() -> None:
     lines = ["# Whole schedules on the Fashion-MNIST test split (10,000 images)", "",
              f"Machine: {machine()}", "",
@@ -205,6 +275,13 @@ def report() -> None:
                   "finals and bests carry the claim.", "",
                   "| claim | runs | final | best (round) | shared scored rounds | rounds the claimant is higher "
                   "| mean of the last 20 shared |", "|---|---|---|---|---|---|---|", *claims]
+    probes = probe_rows()
+    if probes:
+        lines += ["", "## k-means on each run's representation (`probe`)", "",
+                  "Centralized k-means (configs/kmeans_fmnist.yaml: 10 restarts, L2-normalised) on `method.embed` "
+                  "of the same 10,000 images, from the saved model of the folder named (NAME_roundR: the model "
+                  "of round R, kept by `snapshot`).", "",
+                  "| run folder | NMI | ACC | ARI | Kappa |", "|---|---|---|---|---|", *probes]
     lines += ["", "## NMI per scored round", "", *curves, ""]
     out = RESULTS / "whole_schedule_fmnist_test.md"
     out.write_text("\n".join(lines))
@@ -217,19 +294,28 @@ def report() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["list", "run", "report"])
+    parser.add_argument("command", choices=["list", "run", "report", "snapshot", "probe"])
     parser.add_argument("names", nargs="*", help="runs to start or resume (run)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--at", type=int, default=100, help="the round to keep (snapshot)")
     opts = parser.parse_args()
-    unknown = [n for n in opts.names if n not in RUNS_BY_NAME]
+    known = RUNS_BY_NAME if opts.command != "probe" else [p.parent.parent.name for p in
+                                                          WHOLE.glob("*/checkpoints/last.ckpt")]
+    unknown = [n for n in opts.names if n not in known]
     if unknown:
-        sys.exit(f"unknown run(s) {', '.join(unknown)}; known: {', '.join(RUNS_BY_NAME)}")
+        sys.exit(f"unknown run(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     if opts.command == "list":
         for name in RUNS_BY_NAME:
             print(f"{name:28s} {state(name)}")
     elif opts.command == "run":
         for name in opts.names:
             run(name, opts.threads)
+    elif opts.command == "probe":
+        for name in opts.names:
+            probe(name, opts.threads)
+    elif opts.command == "snapshot":
+        for name in opts.names:
+            snapshot(name, opts.at)
     else:
         report()
 
