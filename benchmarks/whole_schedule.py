@@ -219,11 +219,13 @@ PROBES = WHOLE / "probe_kmeans"
 
 
 def probe(name: str, threads: int) -> None:
-    """Centralized k-means (configs/kmeans_fmnist.yaml: 10 restarts, L2-normalised) on the representations
+    """NAME: a folder of benchmarks/runs/whole, or one under benchmarks/runs (fedpnp_ablation/alpha_only).
+    Centralized k-means (configs/kmeans_fmnist.yaml: 10 restarts, L2-normalised) on the representations
     (`method.embed`) that a run folder's saved model gives the same 10,000 test images: how well each run's
     representation clusters, whatever its own cluster head does. It is how FedU + K-means clusters, so
     FedMCC's representation after stage 1 and Fed+CC's can be put beside it."""
-    folder, out = WHOLE / name, PROBES / name
+    folder = WHOLE / name if (WHOLE / name).is_dir() else RUNS / name  # e.g. fedpnp_ablation/alpha_only
+    out = PROBES / name.replace("/", "-")
     if (out / "final.json").exists():
         print(f"probe {name}: done")
         return
@@ -299,8 +301,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--at", type=int, default=100, help="the round to keep (snapshot)")
     opts = parser.parse_args()
-    known = RUNS_BY_NAME if opts.command != "probe" else [p.parent.parent.name for p in
-                                                          WHOLE.glob("*/checkpoints/last.ckpt")]
+    known = RUNS_BY_NAME if opts.command != "probe" else [
+        *(p.parent.parent.name for p in WHOLE.glob("*/checkpoints/last.ckpt")),
+        *(str(p.parent.parent.relative_to(RUNS)) for p in RUNS.glob("*/*/checkpoints/last.ckpt"))]
     unknown = [n for n in opts.names if n not in known]
     if unknown:
         sys.exit(f"unknown run(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
