@@ -93,6 +93,54 @@ RUNS_BY_NAME.update({f"fedcc_{s}_fedmcc_split": _two_stage("configs/fedcc_fmnist
                      for s in ("iid", "noniid")})
 
 
+@dataclass(frozen=True)
+class Branch:
+    """A run that goes on from another's kept model (a `snapshot`) with some settings changed: the question "what
+    if only the later stage differed". The source folder is copied (its checkpoint hard-linked), the changes are
+    written into the copy's config.yaml (dotted keys), and the copy is resumed."""
+    source: str
+    changes: dict[str, object]
+    note: str
+
+
+BRANCHES: dict[str, Branch] = {
+    # FedMCC's stage 2 with the paper's E = 5 local epochs (Section IV-A) on the same stage-1 model
+    "fedmcc_iid_stage2_e5": Branch("fedmcc_iid_round100", {"method.init_args.cluster_local_epochs": 5,
+                                                           "federation.eval_every": 1},
+                                   "fedmcc_iid's model of round 100, then 10 cluster rounds x 5 local epochs "
+                                   "(the paper's E) instead of 1"),
+}
+
+
+def start_branch(name: str) -> Path:
+    import yaml
+
+    spec, folder = BRANCHES[name], WHOLE / name
+    if folder.exists():
+        return folder
+    source = WHOLE / spec.source
+    if not (source / "checkpoints" / "last.ckpt").exists():
+        sys.exit(f"{name}: its source {source} holds no checkpoint (run `snapshot` first)")
+    tmp = folder.with_name(name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "checkpoints").mkdir(parents=True)
+    os.link(source / "checkpoints" / "last.ckpt", tmp / "checkpoints" / "last.ckpt")
+    for extra in ("partition.csv", "partition.txt", "metrics.csv"):
+        shutil.copy2(source / extra, tmp / extra)
+    config = yaml.safe_load((source / "config.yaml").read_text())
+    for key, value in spec.changes.items():
+        *path, leaf = key.split(".")
+        node = config
+        for part in path:
+            node = node[part]
+        if leaf not in node:
+            sys.exit(f"{name}: {key} is not a setting of {source}/config.yaml")
+        node[leaf] = value
+    (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.rename(folder)
+    return folder
+
+
 def state(name: str) -> str:
     folder = WHOLE / name
     if (folder / "final.json").exists():
@@ -162,11 +210,14 @@ def claim_rows() -> list[str]:
 
 
 def run(name: str, threads: int) -> None:
-    spec, folder = RUNS_BY_NAME[name], WHOLE / name
+    folder = WHOLE / name
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     if (folder / "final.json").exists():
         print(f"{name}: done")
         return
+    if name in BRANCHES:
+        start_branch(name)
+    spec = RUNS_BY_NAME.get(name)
     if (folder / "checkpoints" / "last.ckpt").exists():
         command = [*FEDCLUST, "fit", "--resume", str(folder), "--progress", "false"]
     else:
@@ -308,11 +359,13 @@ def main() -> None:
     known = RUNS_BY_NAME if opts.command != "probe" else [
         *(p.parent.parent.name for p in WHOLE.glob("*/checkpoints/last.ckpt")),
         *(str(p.parent.parent.relative_to(RUNS)) for p in RUNS.glob("*/*/checkpoints/last.ckpt"))]
+    if opts.command in ("run", "list"):
+        known = {**RUNS_BY_NAME, **BRANCHES}
     unknown = [n for n in opts.names if n not in known]
     if unknown:
         sys.exit(f"unknown run(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     if opts.command == "list":
-        for name in RUNS_BY_NAME:
+        for name in [*RUNS_BY_NAME, *BRANCHES]:
             print(f"{name:28s} {state(name)}")
     elif opts.command == "run":
         for name in opts.names:
