@@ -312,7 +312,11 @@ def report() -> None:
              "| run | state | rounds | NMI | ACC | ARI | Kappa | settings | paper |",
              "|---|---|---|---|---|---|---|---|---|"]
     curves = []
-    for name, spec in RUNS_BY_NAME.items():
+    settings = {name: f"{spec.note}; overrides `{' '.join(spec.overrides)}` | {spec.paper}"
+                for name, spec in RUNS_BY_NAME.items()}
+    settings.update({name: f"{b.note}; from `{b.source}`, changed `{b.changes}` | "
+                     for name, b in BRANCHES.items()})
+    for name, setting in settings.items():
         folder = WHOLE / name
         rows = [r for r in _metrics(folder) if r.get("nmi") not in ("", None)]
         done = (folder / "final.json").exists()
@@ -321,7 +325,7 @@ def report() -> None:
         cells = [f"{float(last[m]):.4f}" if last.get(m) not in (None, "") else ""
                  for m in ("nmi", "acc", "ari", "kappa")]
         lines.append(f"| {name} | {state(name)} | {rows[-1]['round'] if rows else 0} | {' | '.join(cells)} | "
-                     f"{spec.note}; overrides `{' '.join(spec.overrides)}` | {spec.paper} |")
+                     f"{setting} |")
         if rows:
             curves.append(f"- {name}: " + ", ".join(f"{r['round']}: {float(r['nmi']):.3f}" for r in rows))
     claims = claim_rows()
@@ -343,7 +347,7 @@ def report() -> None:
     out = RESULTS / "whole_schedule_fmnist_test.md"
     out.write_text("\n".join(lines))
     print(out)
-    started = [str(WHOLE / n) for n in RUNS_BY_NAME if _metrics(WHOLE / n)]  # unfinished runs show their curve so far
+    started = [str(WHOLE / n) for n in settings if _metrics(WHOLE / n)]  # unfinished runs show their curve so far
     if started:
         subprocess.run([*FEDCLUST, "compare", *started, "--output",
                         str(RESULTS / "whole_schedule_fmnist_test.html")], check=True, cwd=ROOT)
