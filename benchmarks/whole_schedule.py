@@ -109,6 +109,12 @@ BRANCHES: dict[str, Branch] = {
                                                            "federation.eval_every": 1},
                                    "fedmcc_iid's model of round 100, then 10 cluster rounds x 5 local epochs "
                                    "(the paper's E) instead of 1"),
+    # stage 2's target path through the global f* instead of the client's own f_k^T (eq. 7's reading)
+    "fedmcc_iid_stage2_global_target": Branch("fedmcc_iid_round100",
+                                              {"method.init_args.cluster_target_encoder": "global",
+                                               "federation.eval_every": 1},
+                                              "fedmcc_iid's model of round 100, then its 10 cluster rounds with "
+                                              "the target path encoding through the global f* (ablation)"),
 }
 
 
@@ -133,9 +139,7 @@ def start_branch(name: str) -> Path:
         node = config
         for part in path:
             node = node[part]
-        if leaf not in node:
-            sys.exit(f"{name}: {key} is not a setting of {source}/config.yaml")
-        node[leaf] = value
+        node[leaf] = value  # a setting newer than the source run is added (fit checks its name and value)
     (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     tmp.rename(folder)
     return folder

@@ -99,6 +99,21 @@ def test_cluster_stage_freezes_the_encoders_and_trains_the_cluster_projector():
     assert weights == dict.fromkeys(("encoder.", "instance_head.", "target_encoder.", "target_instance_head."), 0.0)
 
 
+@pytest.mark.parametrize("choice", ["own", "global"])
+def test_cluster_target_encoder_picks_what_the_target_path_of_eq_9_encodes_with(choice):
+    torch.manual_seed(0)
+    method = tiny_fedmcc(cluster_target_encoder=choice)
+    method.build(INFO)
+    method.train()
+    _, batch = one_client(method, "cluster")
+    seen = {"encoder": 0, "target_encoder": 0}
+    for name in seen:
+        getattr(method, name).register_forward_hook(lambda *_, name=name: seen.__setitem__(name, seen[name] + 1))
+    step_with_engine_optimizer(method, batch)
+    # the online path encodes both views with f*; the target path with f_k^T ("own") or with f* too ("global")
+    assert seen == ({"encoder": 2, "target_encoder": 2} if choice == "own" else {"encoder": 4, "target_encoder": 0})
+
+
 def test_cluster_loss_is_equation_9():
     from fedclust.losses.contrastive import cluster_entropy, nt_xent
 

@@ -95,7 +95,7 @@ class MomentumClusterStage:
         self.target_encoder.eval()
         with torch.no_grad():
             h = [self.encoder(x_a), self.encoder(x_b)]
-            ca_t, cb_t = (self.target_cluster_head(self.target_encoder(v)) for v in (x_a, x_b))
+            ca_t, cb_t = (self.target_cluster_head(self.cluster_target_features(v)) for v in (x_a, x_b))
         optimizer = self.cluster_optimizer()
         optimizer.zero_grad(set_to_none=True)
         loss = backward(self, self.cluster_head, h, lambda ca, cb: self.cluster_loss(ca, cb, ca_t, cb_t),
@@ -103,6 +103,10 @@ class MomentumClusterStage:
         optimizer.step()
         ema_update(self.target_cluster_head, self.cluster_head, self.hparams.ema_decay)
         return loss
+
+    def cluster_target_features(self, x: Tensor) -> Tensor:
+        """The representation the target path of eq. (9) clusters: the client's own target encoder f_k^T."""
+        return self.target_encoder(x)
 
     def cluster_assign(self, x: Tensor) -> Tensor:
         return self.cluster_head(self.encoder(x)).argmax(1)
@@ -132,6 +136,10 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         color_strength: SimCLR's jitter strength s (CC's code: 0.5 for CIFAR, 1.0 for STL-10 and ImageNet-10).
         blur: Add CC's ImageNet-10 Gaussian blur to the colour views.
         average_target: Average the target networks too (Table VII, "Update Both"); default: they stay local.
+        cluster_target_encoder: What the target path of stage 2 (eq. 9) encodes with: "own", the client's
+            target encoder f_k^T, as eq. (7) writes it (the default); "global", the frozen global encoder f*
+            that the online path uses (an ablation: f_k^T is the client's EMA of its stage-1 training and
+            differs from f*, so the two paths then cluster the same representation).
     """
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "resnet18", resize: int | None = None,
@@ -140,7 +148,8 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
                  instance_dim: int = 128, head_hidden: int | None = None, instance_temperature: float = 0.5,
                  cluster_temperature: float = 1.0, augment: Literal["color", "simsiam28"] = "color",
                  crop_scale: tuple[float, float] = (0.08, 1.0), memory_efficient_chunk: int | None = None,
-                 color_strength: float = 0.5, blur: bool = False, average_target: bool = False):
+                 color_strength: float = 0.5, blur: bool = False, average_target: bool = False,
+                 cluster_target_encoder: Literal["own", "global"] = "own"):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         check_common(self.hparams, num_clusters)
@@ -237,3 +246,7 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
 
     def assign(self, x: Tensor) -> Tensor:
         return self.cluster_assign(x)
+
+    def cluster_target_features(self, x: Tensor) -> Tensor:
+        encoder = self.encoder if self.hparams.cluster_target_encoder == "global" else self.target_encoder
+        return encoder(x)
