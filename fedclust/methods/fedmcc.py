@@ -37,6 +37,8 @@ Choices the paper leaves open, stated:
   Algorithm 2's input), the target path uses the client's own target encoder f_k^T as eq. (7) writes it
   (Algorithm 2 line 14 moves only g_C^T by EMA, so f_k^T no longer moves). g_C^T starts as the global
   initialisation of g_C (it was never trained in stage 1).
+  `cluster_target_encoder: global` runs the target path through f* instead (an ablation: on the
+  Fashion-MNIST whole schedule both readings end at NMI 0.45-0.47; benchmarks/results/whole_schedule_findings.md).
 - Stage 2 communicates g_C only (weight 0 for f and g_I in `aggregation_weights`); stage 1 leaves g_C
   out. Stage 2 uses E local epochs like stage 1 (the paper gives 10 rounds, not its E).
 - Optimiser: Adam 3e-4, no weight decay (Section IV-A), the same for both stages. EasyFL (the FedU code
