@@ -5,6 +5,7 @@
     python benchmarks/whole_schedule.py report                      # results file + compare page
     python benchmarks/whole_schedule.py snapshot fedmcc_iid --at 100  # keep the model of round 100 aside
     python benchmarks/whole_schedule.py probe fedmcc_iid_round100 fedcc_iid_fedmcc_split  # k-means on each z
+    python benchmarks/whole_schedule.py run fedmcc_iid_stage2_e5    # a branch: on from a snapshot, one setting changed
 
 Every run is an ordinary `fedclust fit` in benchmarks/runs/whole/NAME that checkpoints every 5 rounds;
 `run` resumes a run folder that holds a checkpoint and no final.json, so a run cut off by the end of a
@@ -197,7 +198,7 @@ def claim_rows() -> list[str]:
         finals = (_final_nmi(claim.claimant), _final_nmi(claim.baseline))
         if not shared and None in finals:
             continue
-        final = "both not done" if None in finals else f"{finals[0]:.4f} vs {finals[1]:.4f}"
+        final = "not both done yet" if None in finals else f"{finals[0]:.4f} vs {finals[1]:.4f}"
         meaningful = {t: v for t, v in b.items() if t >= claim.clusters_from}
         best = ""
         if meaningful and a:
@@ -264,6 +265,7 @@ def snapshot(name: str, at: int, poll_seconds: float = 10.0) -> Path:
                 break
             probe.unlink()
             if done > at:
+                shutil.rmtree(kept)  # nothing kept: leave no folder that looks like a snapshot
                 sys.exit(f"{name}: its checkpoint is already at round {done}, past {at}")
         time.sleep(poll_seconds)
     for extra in ("config.yaml", "partition.csv", "partition.txt"):
@@ -306,6 +308,13 @@ def probe_rows() -> list[str]:
     return rows
 
 
+def _section(title: str, intro: str, header: list[str], rows: list[str]) -> list[str]:
+    """A markdown section of the results file: title, one paragraph, a table; nothing when it has no rows."""
+    if not rows:
+        return []
+    return ["", f"## {title}", "", intro, "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|", *rows]
+
+
 def report() -> None:
     lines = ["# Whole schedules on the Fashion-MNIST test split (10,000 images)", "",
              f"Machine: {machine()}", "",
@@ -332,21 +341,16 @@ def report() -> None:
                      f"{setting} |")
         if rows:
             curves.append(f"- {name}: " + ", ".join(f"{r['round']}: {float(r['nmi']):.3f}" for r in rows))
-    claims = claim_rows()
-    if claims:
-        lines += ["", "## The papers' claims (NMI; claimant first)", "",
-                  "Round by round only over rounds where both runs' clusterings mean something: FedMCC's "
-                  "cluster head is trained only in its cluster stage (rounds 101-110), so against Fed+CC the "
-                  "finals and bests carry the claim.", "",
-                  "| claim | runs | final | best (round) | shared scored rounds | rounds the claimant is higher "
-                  "| mean of the last 20 shared |", "|---|---|---|---|---|---|---|", *claims]
-    probes = probe_rows()
-    if probes:
-        lines += ["", "## k-means on each run's representation (`probe`)", "",
-                  "Centralized k-means (configs/kmeans_fmnist.yaml: 10 restarts, L2-normalised) on `method.embed` "
-                  "of the same 10,000 images, from the saved model of the folder named (NAME_roundR: the model "
-                  "of round R, kept by `snapshot`).", "",
-                  "| run folder | NMI | ACC | ARI | Kappa |", "|---|---|---|---|---|", *probes]
+    lines += _section("The papers' claims (NMI; claimant first)",
+                      "Round by round only over rounds where both runs' clusterings mean something: FedMCC's "
+                      "cluster head is trained only in its cluster stage (rounds 101-110), so against Fed+CC the "
+                      "finals and bests carry the claim.",
+                      ["claim", "runs", "final", "best (round)", "shared scored rounds",
+                       "rounds the claimant is higher", "mean of the last 20 shared"], claim_rows())
+    lines += _section("k-means on each run's representation (`probe`)",
+                      "Centralized k-means (configs/kmeans_fmnist.yaml: 10 restarts, L2-normalised) on `method.embed` "
+                      "of the same 10,000 images, from the saved model of the folder named (NAME_roundR: the model "
+                      "of round R, kept by `snapshot`).", ["run folder", "NMI", "ACC", "ARI", "Kappa"], probe_rows())
     lines += ["", "## NMI per scored round", "", *curves, ""]
     out = RESULTS / "whole_schedule_fmnist_test.md"
     out.write_text("\n".join(lines))
