@@ -116,6 +116,15 @@ BRANCHES: dict[str, Branch] = {
                                                "federation.eval_every": 1},
                                               "fedmcc_iid's model of round 100, then its 10 cluster rounds with "
                                               "the target path encoding through the global f* (ablation)"),
+    # the cluster head's target follows its online twin at once (m = 0 in stage 2 only: stage 1 is done): does the
+    # slow EMA target, which starts as a random head, hold the head back?
+    "fedmcc_iid_stage2_m0": Branch("fedmcc_iid_round100", {"method.init_args.ema_decay": 0.0,
+                                                           "federation.eval_every": 1},
+                                   "fedmcc_iid's model of round 100, then its 10 cluster rounds with the cluster "
+                                   "head's EMA decay 0 (target = online after every step) instead of 0.99"),
+    # five times the cluster rounds: is the head of eq. (9) merely under-trained after 10 rounds?
+    "fedmcc_iid_stage2_r50": Branch("fedmcc_iid_round100", {"method.init_args.cluster_rounds": 50},
+                                    "fedmcc_iid's model of round 100, then 50 cluster rounds instead of 10"),
 }
 
 
