@@ -114,6 +114,21 @@ def test_cluster_target_encoder_picks_what_the_target_path_of_eq_9_encodes_with(
     assert seen == ({"encoder": 2, "target_encoder": 2} if choice == "own" else {"encoder": 4, "target_encoder": 0})
 
 
+@pytest.mark.parametrize("cluster_ema_decay", [None, 0.0, 0.5])
+def test_cluster_ema_decay_sets_how_fast_the_cluster_target_follows(cluster_ema_decay):
+    torch.manual_seed(0)
+    method = tiny_fedmcc(ema_decay=0.9, cluster_ema_decay=cluster_ema_decay)
+    method.build(INFO)
+    method.train()
+    _, batch = one_client(method, "cluster")
+    target_before = [p.clone() for p in method.target_cluster_head.parameters()]
+    step_with_engine_optimizer(method, batch)
+    m = 0.9 if cluster_ema_decay is None else cluster_ema_decay  # None: the paper's one m for every target
+    for before, target, online in zip(target_before, method.target_cluster_head.parameters(),
+                                      method.cluster_head.parameters()):
+        torch.testing.assert_close(target, m * before + (1 - m) * online)
+
+
 def test_cluster_loss_is_equation_9():
     from fedclust.losses.contrastive import cluster_entropy, nt_xent
 
@@ -170,6 +185,8 @@ def test_memory_efficient_chunks_give_the_ordinary_gradients_without_batchnorm(s
 def test_bad_options_name_the_field():
     with pytest.raises(ConfigError, match="method.ema_decay"):
         FedMCC(ema_decay=1.0)
+    with pytest.raises(ConfigError, match="method.cluster_ema_decay"):
+        FedMCC(cluster_ema_decay=1.0)
     with pytest.raises(ConfigError, match="method.memory_efficient_chunk"):
         FedMCC(memory_efficient_chunk=0)
     with pytest.raises(ConfigError, match="method.augment"):
