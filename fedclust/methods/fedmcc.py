@@ -45,6 +45,10 @@ Choices the paper leaves open, stated:
   the paper builds on) creates the optimiser anew every round: the configs set
   `federation.optimizer_state: reset`.
 - Heads: CC's (Linear(rep, h) + ReLU + Linear(h, out), no BatchNorm; h = rep unless `head_hidden`).
+- One m (0.99) for every target network, as Section II-B writes it. `cluster_ema_decay` gives stage 2's g_C^T
+  its own m (an ablation: g_C^T starts as a random head and at m 0.99 still holds 0.99^160 = 20% of it after
+  the 160 steps a client of the Fashion-MNIST whole schedule takes in stage 2; m 0 lifted that run's NMI from
+  0.454 to 0.539 in the same 10 rounds; benchmarks/results/whole_schedule_findings.md).
 
 `memory_efficient_chunk`: gradients by `chunked_backward` (Section VI): equal to ordinary back-propagation
 for per-sample networks; BatchNorm in training mode sees chunk statistics (stage 1 with a BN backbone).
