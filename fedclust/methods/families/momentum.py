@@ -75,7 +75,7 @@ def backward(method: FederatedMethod, encode: Callable[[Tensor], Tensor | tuple[
 class MomentumClusterStage:
     """FedMCC's clustering stage (Algorithm 2, eq. 9), shared with FedU + MCC: any method with modules
     `encoder` / `target_encoder` (frozen here), `views`, hparams `cluster_temperature`, `ema_decay`,
-    `memory_efficient_chunk`, and manual optimization."""
+    `memory_efficient_chunk` (and, optionally, `cluster_ema_decay`), and manual optimization."""
 
     def build_cluster_heads(self, rep_dim: int, hidden: int | None) -> None:
         self.cluster_head = mlp_head(rep_dim, hidden or rep_dim, self.num_clusters, softmax=True)
