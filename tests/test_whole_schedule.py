@@ -16,6 +16,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import whole_schedule  # noqa: E402  (benchmarks/ is not a package)
 
 
+def _at(node: dict, key: str) -> object:
+    """The value under a dotted key ("federation.eval_every") of a loaded config; KeyError when it is missing."""
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
 def _method_arguments(config: Path) -> set[str]:
     class_path = yaml.safe_load(config.read_text())["method"]["class_path"]
     return set(inspect.signature(METHODS[class_path].load().__init__).parameters) - {"self"}
@@ -33,10 +40,7 @@ def test_every_run_names_a_config_and_every_branch_a_defined_source_and_known_se
             if section == "method":
                 assert rest[0] == "init_args" and rest[-1] in _method_arguments(config), (name, key)
             else:
-                node = yaml.safe_load(config.read_text())
-                for part in key.split("."):
-                    assert part in node, (name, key)
-                    node = node[part]
+                _at(yaml.safe_load(config.read_text()), key)  # a setting the run's config has
 
 
 def test_start_branch_copies_the_snapshot_and_edits_only_the_copy(tmp_path, monkeypatch):
@@ -57,10 +61,7 @@ def test_start_branch_copies_the_snapshot_and_edits_only_the_copy(tmp_path, monk
     assert os.path.samefile(folder / "checkpoints" / "last.ckpt", source / "checkpoints" / "last.ckpt")
     edited = yaml.safe_load((folder / "config.yaml").read_text())
     for key, value in branch.changes.items():
-        node = edited
-        for part in key.split("."):
-            node = node[part]
-        assert node == value, key
+        assert _at(edited, key) == value, key
     assert yaml.safe_load((source / "config.yaml").read_text()) == config  # the source is untouched
     assert (folder / "metrics.csv").read_text() == "metrics.csv"
     assert whole_schedule.start_branch(name) == folder  # a started branch is reused, not rebuilt

@@ -75,7 +75,8 @@ def backward(method: FederatedMethod, encode: Callable[[Tensor], Tensor | tuple[
 class MomentumClusterStage:
     """FedMCC's clustering stage (Algorithm 2, eq. 9), shared with FedU + MCC: any method with modules
     `encoder` / `target_encoder` (frozen here), `views`, hparams `cluster_temperature`, `ema_decay`,
-    `memory_efficient_chunk` (and, optionally, `cluster_ema_decay`), and manual optimization."""
+    `memory_efficient_chunk` (and, optionally, `cluster_ema_decay`, `cluster_target_encoder`), and manual
+    optimization."""
 
     def build_cluster_heads(self, rep_dim: int, hidden: int | None) -> None:
         self.cluster_head = mlp_head(rep_dim, hidden or rep_dim, self.num_clusters, softmax=True)
@@ -113,8 +114,10 @@ class MomentumClusterStage:
         return self.hparams.ema_decay if own is None else own
 
     def cluster_target_features(self, x: Tensor) -> Tensor:
-        """The representation the target path of eq. (9) clusters: the client's own target encoder f_k^T."""
-        return self.target_encoder(x)
+        """The representation the target path of eq. (9) clusters: the client's own target encoder f_k^T, or
+        the global f* where `cluster_target_encoder` is "global"."""
+        global_encoder = self.hparams.get("cluster_target_encoder") == "global"
+        return (self.encoder if global_encoder else self.target_encoder)(x)
 
     def cluster_assign(self, x: Tensor) -> Tensor:
         return self.cluster_head(self.encoder(x)).argmax(1)
@@ -258,7 +261,3 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
 
     def assign(self, x: Tensor) -> Tensor:
         return self.cluster_assign(x)
-
-    def cluster_target_features(self, x: Tensor) -> Tensor:
-        encoder = self.encoder if self.hparams.cluster_target_encoder == "global" else self.target_encoder
-        return encoder(x)
