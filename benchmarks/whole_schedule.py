@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -176,6 +177,14 @@ def state(name: str) -> str:
 
 def _metrics(folder: Path) -> list[dict[str, str]]:
     return csv_rows(folder / "metrics.csv")
+
+
+def median_round_seconds(name: str) -> float | None:
+    """Median wall seconds of the rounds this run trained itself (a branch's copied rounds of its source are left
+    out), from metrics.csv; pauses of the machine are in it, the median keeps them from dominating."""
+    after = int(BRANCHES[name].source.rpartition("_round")[2]) if name in BRANCHES else 0
+    seconds = [float(r["seconds"]) for r in _metrics(WHOLE / name) if int(r["round"]) > after and r.get("seconds")]
+    return statistics.median(seconds) if seconds else None
 
 
 def nmi_by_round(folder: Path) -> dict[int, float]:
@@ -343,8 +352,8 @@ def report() -> None:
              "report`. Data: the 10,000-image test split of Fashion-MNIST; the papers' cells are on 70,000 "
              "images (CCFC) or on other data sets (FedPNP: CIFAR; FedMCC: MNIST, CIFAR, STL-10, ImageNet-10), "
              "so they are context, not targets.", "",
-             "| run | state | rounds | NMI | ACC | ARI | Kappa | settings | paper |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| run | state | rounds | NMI | ACC | ARI | Kappa | median s/round | settings | paper |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     curves = []
     settings = {name: f"{spec.note}; overrides `{' '.join(spec.overrides)}` | {spec.paper}"
                 for name, spec in RUNS_BY_NAME.items()}
@@ -358,14 +367,16 @@ def report() -> None:
         last = final or (rows[-1] if rows else {})
         cells = [f"{float(last[m]):.4f}" if last.get(m) not in (None, "") else ""
                  for m in ("nmi", "acc", "ari", "kappa")]
+        seconds = median_round_seconds(name)
+        cells.append(f"{seconds:.1f}" if seconds is not None else "")
         lines.append(f"| {name} | {state(name)} | {rows[-1]['round'] if rows else 0} | {' | '.join(cells)} | "
                      f"{setting} |")
         if rows:
             curves.append(f"- {name}: " + ", ".join(f"{r['round']}: {float(r['nmi']):.3f}" for r in rows))
     lines += _section("The papers' claims (NMI; claimant first)",
                       "Round by round only over rounds where both runs' clusterings mean something: FedMCC's "
-                      "cluster head is trained only in its cluster stage (rounds 101-110), so against Fed+CC the "
-                      "finals and bests carry the claim.",
+                      "cluster head is trained only in its cluster stage (rounds 101-110), so against Fed+CC and "
+                      "FedU+K-means the finals and bests carry the claim.",
                       ["claim", "runs", "final", "best (round)", "shared scored rounds",
                        "rounds the claimant is higher", "mean of the last 20 shared"], claim_rows())
     lines += _section("k-means on each run's representation (`probe`)",
