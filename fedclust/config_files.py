@@ -17,7 +17,7 @@ PACKAGED = Path(__file__).resolve().parent / "configs"
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of YAML; anything larger is not one
 # fit()'s arguments, known here without importing fit (torch): tests/test_cli.py checks they stay equal
 FIT_KEYS = ("method", "data", "federation", "fabric", "seed", "logger", "project", "group", "name", "runs_dir",
-            "run_dir", "resume", "progress", "embedding_plot", "embedding_points", "kmeans_backend")
+            "run_dir", "resume", "progress", "embedding_plot", "embedding_points", "kmeans_backend", "diagnose")
 
 
 def packaged_configs() -> dict[str, Path]:

@@ -23,6 +23,7 @@ from rich.console import Console
 from fedclust import run_folder
 from fedclust.callbacks.checkpoint import Checkpoint, load_checkpoint
 from fedclust.callbacks.csv_metrics import CSVMetrics
+from fedclust.callbacks.diagnostics import Diagnostics
 from fedclust.callbacks.embedding_plot import EmbeddingPlot
 from fedclust.callbacks.loggers import FabricLogging, build_logger, require_logger
 from fedclust.callbacks.progress import ProgressCallback
@@ -79,7 +80,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         logger: Literal["csv", "wandb", "tensorboard"] = "csv", project: str = "fedclust",
         group: str | None = None, name: str | None = None, runs_dir: str = "runs", run_dir: str | None = None,
         resume: str | None = None, progress: bool = True, embedding_plot: bool = False, embedding_points: int = 2000,
-        kmeans_backend: Literal["auto", "faiss", "torch"] = "auto",
+        kmeans_backend: Literal["auto", "faiss", "torch"] = "auto", diagnose: bool = False,
         config_text: str | None = None) -> dict[str, float]:
     """Run one federated clustering experiment.
 
@@ -102,6 +103,9 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         embedding_points: Samples drawn for the t-SNE picture (the CH scores use every sample).
         kmeans_backend: k-means on FAISS or torch; auto takes FAISS when it is installed (FAISS-GPU on CUDA
             when present, else torch on CUDA). The backend in use is printed and written to run.log.
+        diagnose: At every evaluated round, also write the representation's spectrum (effective rank, top-3
+            variance share), its first direction's correlation with brightness, the cluster sizes and the NMI
+            of k-means on the representation to diagnostics.csv (fedclust/probes/diagnose.py).
         config_text: The resolved config to save (set by the command line).
     """
     federation.validate()  # these checks that need no data also run in fedclust.precheck, before torch
@@ -167,6 +171,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
                               Checkpoint(folder / CHECKPOINT, federation.checkpoint_every), ProgressCallback(console)]
             if embedding_plot:
                 orch.callbacks.append(EmbeddingPlot(folder, embedding_points, seed))
+            if diagnose:
+                orch.callbacks.append(Diagnostics(folder / "diagnostics.csv"))
             if extra:
                 orch.callbacks.append(FabricLogging())
         if leader:

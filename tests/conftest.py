@@ -7,12 +7,13 @@ from fedclust.fit import FabricConfig
 from fedclust.methods import CCFC
 
 
-def tiny_ccfc(**kw) -> CCFC:
-    """A CCFC small enough for CPU tests: MLP backbone on 8x8 digits, one round per stage."""
+def tiny_ccfc(cls=CCFC, **kw) -> CCFC:
+    """A CCFC (or a method of its family, ``cls``) small enough for CPU tests: MLP backbone on 8x8 digits, one
+    round per stage."""
     args = dict(backbone="mlp", latent_dim=16, projector_hidden=32, pretrain_rounds=1, cluster_rounds=1,
                 batch_size=64, kmeans_niter=10, kmeans_redo=1)
     args.update(kw)
-    return CCFC(**args)
+    return cls(**args)
 
 
 def tiny_data(**kw) -> DataConfig:

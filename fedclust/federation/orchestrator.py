@@ -74,6 +74,7 @@ class Orchestrator:
         self.stages: list[Stage] = federation.schedule(method.stages())
         self.client_states: dict[int, dict[str, Any]] = {c: {} for c in range(data.num_clients)}
         self.progress = Progress()
+        self.last_clusters: Tensor | None = None  # rank 0: every sample's cluster at the last evaluation
         self.optimizers = as_optimizer_list(method.configure_optimizers())
         training = [s.name for s in self.stages if s.local_epochs and s.rounds]
         if training and not self.optimizers:  # it would train nothing and every client would look diverged
@@ -230,9 +231,11 @@ class Orchestrator:
         if self.fabric.is_global_zero:
             try:
                 clusters = self.method.predict(self.data, self.client_states).cpu()
+                self.last_clusters = clusters
                 groups = self.method.metric_groups(self.data)
                 metrics = grouped_cluster_metrics(clusters, self.data.labels.cpu(), groups)
             except NotFittedError as error:
+                self.last_clusters = None
                 log.warning("round not scored: %s", error)
                 metrics = dict.fromkeys(("nmi", "acc", "ari", "kappa", "purity"), math.nan)
         return broadcast_object(self.fabric, metrics)

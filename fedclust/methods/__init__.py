@@ -4,6 +4,7 @@ name alone (`method: {class_path: CCFC}`)."""
 from fedclust.contract import FederatedMethod, Stage
 from fedclust.methods.cc import CC
 from fedclust.methods.ccfc import CCFC
+from fedclust.methods.ccfcpp import CCFCPlusPlus
 from fedclust.methods.clustergan_fedavg import ClusterGANFedAvg
 from fedclust.methods.fcm import FCM
 from fedclust.methods.fedbyolcc import FedBYOLCC
@@ -21,6 +22,7 @@ from fedclust.methods.sdafc import SDAFC
 from fedclust.methods.single_simclr import SingleSimCLR
 from fedclust.methods.uifca import UIFCA
 
-__all__ = ["FederatedMethod", "Stage", "CCFC", "KFED", "KMeans", "FCM", "FFCM", "ClusterGANFedAvg", "UIFCA",
+__all__ = ["FederatedMethod", "Stage", "CCFC", "CCFCPlusPlus", "KFED", "KMeans", "FCM", "FFCM", "ClusterGANFedAvg",
+           "UIFCA",
            "SDAFC", "PPFCGAN", "FedCC", "FedPNP", "SingleSimCLR", "CC",
            "FedMCC", "MCC", "FedUKMeans", "FedUMCC", "FedBYOLCC"]

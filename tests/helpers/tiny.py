@@ -25,6 +25,7 @@ from fedclust.methods import (
     PPFCGAN,
     SDAFC,
     UIFCA,
+    CCFCPlusPlus,
     ClusterGANFedAvg,
     FedBYOLCC,
     FedCC,
@@ -159,6 +160,7 @@ def _gaussian() -> DataConfig:
 # name -> (a tiny method, its data: None = tiny_data(), a DataConfig factory, or a factory of a folder to write in)
 TINY_METHODS = {
     "CCFC": (tiny_ccfc, None),
+    "CCFCPlusPlus": (lambda: tiny_ccfc(cls=CCFCPlusPlus, decorrelation_weight=1.0), None),
     "KFED": (lambda: KFED(k_local=10), None),
     "KMeans": (KMeans, _one_client),
     "FCM": (lambda: FCM(max_iter=20), _one_client),

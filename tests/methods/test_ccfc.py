@@ -81,7 +81,7 @@ def test_model_contrastive_term_uses_the_frozen_global_model(monkeypatch):
     method.build(INFO)
     method.on_round_start(None)
     calls = []
-    monkeypatch.setattr("fedclust.methods.ccfc.model_contrastive_loss",
+    monkeypatch.setattr("fedclust.methods.families.cluster_contrastive.model_contrastive_loss",
                         lambda p, g: calls.append(1) or simsiam.model_contrastive_loss(p, g))
     method._augment_gen, method._pseudo = torch.Generator().manual_seed(0), None
     method.training_step({"x": torch.rand(8, 1, 8, 8), "index": torch.arange(8)}, 0)

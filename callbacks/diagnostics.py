@@ -1,0 +1,56 @@
+"""diagnostics.csv in the run folder: the representation and cluster diagnostics of fedclust/probes/diagnose.py
+at every evaluated round (`fedclust fit --diagnose true`), so a collapse or a run of unbalanced clusters shows
+while the run goes on, and the dashboard can draw them beside NMI.
+
+Costs one extra pass of `method.embed` over the data and one k-means per evaluated round."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import torch
+
+from fedclust.data.datasets import to_float
+from fedclust.probes.diagnose import DIAGNOSTIC_KEYS, diagnose
+
+from .base import Callback
+
+COLUMNS = ["round", *DIAGNOSTIC_KEYS]
+
+
+def sample_brightness(x: torch.Tensor, chunk: int = 4096) -> torch.Tensor | None:
+    """Mean intensity of every image (None for vector data), in chunks so uint8 sets are not copied whole."""
+    if x.dim() < 4:
+        return None
+    return torch.cat([to_float(x[i:i + chunk]).flatten(1).mean(1).cpu() for i in range(0, len(x), chunk)])
+
+
+@torch.no_grad()
+def diagnose_model(method, data, clusters: torch.Tensor | None, seed: int = 0) -> dict[str, float]:
+    """Diagnostics of ``method``'s representation of every sample of ``data`` (a FederatedData)."""
+    method.eval()
+    z = torch.cat([method.embed(x).float().cpu() for x in data.iter_all()])
+    return diagnose(z, clusters, method.num_clusters, data.labels.cpu(), sample_brightness(data.x), seed)
+
+
+class Diagnostics(Callback):
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def on_fit_start(self, orch) -> None:
+        kept = []
+        if self.path.exists():  # resumed: keep the rounds the checkpoint holds
+            with self.path.open(newline="") as f:
+                kept = [row for row in csv.DictReader(f) if int(row["round"]) <= orch.progress.done]
+        with self.path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(kept)
+
+    def on_round_end(self, orch, record) -> None:
+        if "nmi" not in record:  # not an evaluated round
+            return
+        row = {"round": record["round"], **diagnose_model(orch.method, orch.data, orch.last_clusters, orch.seed)}
+        with self.path.open("a", newline="") as f:
+            csv.DictWriter(f, COLUMNS, extrasaction="ignore").writerow(row)
