@@ -34,6 +34,7 @@ from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
 from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
+from fedclust.federation.distributed import check_launcher, quiet_start_up, rank_zero_before_launch
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
@@ -116,7 +117,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     check_embedding_points(embedding_points)
     if resume and config_text and (Path(resume) / "config.yaml").is_file():
         check_resume_overrides(Path(resume), config_text)
-    leader = _is_leader()
+    leader = rank_zero_before_launch()
     claimed = None
     if leader:
         prefix = name or f"{type(method).__name__.lower()}_{data.name}"
@@ -140,7 +141,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             precision, memory_format, why = *started, "auto, as when the run started"
         fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
                      num_nodes=fabric.num_nodes, precision=precision, loggers=[extra] if extra else [])
-        fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
+        with quiet_start_up(leader):  # Lightning's start-up banners once, from rank 0
+            fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
         folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
         fed_data = build_federated_data(data, fab.device, seed)
         info = fed_data.info
@@ -205,12 +207,7 @@ def check_devices(fabric: FabricConfig) -> None:
             and fabric.devices > torch.cuda.device_count()):
         raise ConfigError("fabric.devices", fabric.devices, f"at most the {torch.cuda.device_count()} GPUs here")
     check_device_count(fabric.devices)
-
-
-def _is_leader() -> bool:
-    """Global rank 0, known before Fabric starts: the processes Fabric's launcher or torchrun start carry
-    their rank in the environment (LOCAL_RANK / NODE_RANK, or RANK)."""
-    return all(os.environ.get(var, "0") == "0" for var in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    check_launcher(fabric.devices, fabric.num_nodes)
 
 
 @contextlib.contextmanager
