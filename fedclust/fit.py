@@ -53,13 +53,13 @@ class FabricConfig:
     With ``devices`` > 1 (or several nodes) and ``strategy: ddp``, each process trains a disjoint share of
     every round's clients; sums are all-reduced, the server step and scoring run on rank 0, only rank 0
     writes (fedclust/federation/distributed.py). Fabric's launcher starts the local processes; for several
-    nodes start the command on each node with torchrun (or `fabric run`), which sets the ranks.
+    nodes start the command on each node with torchrun, or once per task with Slurm's srun (docs/multinode.md).
 
     Args:
         accelerator: cpu, cuda, gpu or auto.
         devices: Number of devices (or "auto") per node: processes for ddp on cpu.
         strategy: Fabric strategy: auto (one process) or ddp (one process per device).
-        num_nodes: Number of nodes.
+        num_nodes: Number of machines, each started with torchrun or by Slurm (docs/multinode.md).
         precision: 32-true, bf16-mixed, or auto: bf16-mixed where the method's network was measured to keep
             its quality in bf16 (CCFC's ConvNet28) and the device computes bf16 natively (AVX-512 BF16 / AMX
             CPUs, Ampere+ GPUs), else 32-true (fedclust/nn/precision.py). No loss scaling is applied, so

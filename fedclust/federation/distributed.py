@@ -47,10 +47,11 @@ def rank_zero_before_launch() -> bool:
     """Whether this process will be global rank 0, known before Fabric exists (rank 0 alone claims the run
     folder and builds the loggers, which Fabric's constructor takes): RANK under torchrun, SLURM_PROCID
     under Slurm, else LOCAL_RANK and NODE_RANK (or GROUP_RANK) as Lightning's own launcher numbers them."""
-    env = os.environ
-    rank = {"torchrun": env.get("RANK", "0"), "slurm": env.get("SLURM_PROCID", "0")}.get(launcher())
-    if rank is not None:
-        return rank == "0"
+    env, which = os.environ, launcher()
+    if which == "torchrun":
+        return env.get("RANK", "0") == "0"
+    if which == "slurm":
+        return env.get("SLURM_PROCID", "0") == "0"
     return env.get("LOCAL_RANK", "0") == "0" and env.get("NODE_RANK", env.get("GROUP_RANK", "0")) == "0"
 
 
