@@ -38,6 +38,7 @@ from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
 from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
+from fedclust.federation.distributed import check_launcher, quiet_start_up, rank_zero_before_launch
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
@@ -57,13 +58,13 @@ class FabricConfig:
     With ``devices`` > 1 (or several nodes) and ``strategy: ddp``, each process trains a disjoint share of
     every round's clients; sums are all-reduced, the server step and scoring run on rank 0, only rank 0
     writes (fedclust/federation/distributed.py). Fabric's launcher starts the local processes; for several
-    nodes start the command on each node with torchrun (or `fabric run`), which sets the ranks.
+    nodes start the command on each node with torchrun, or once per task with Slurm's srun (docs/multinode.md).
 
     Args:
         accelerator: cpu, cuda, gpu or auto.
         devices: Number of devices (or "auto") per node: processes for ddp on cpu.
         strategy: Fabric strategy: auto (one process) or ddp (one process per device).
-        num_nodes: Number of nodes.
+        num_nodes: Number of machines, each started with torchrun or by Slurm (docs/multinode.md).
         precision: 32-true, bf16-mixed, or auto: bf16-mixed where the method's network was measured to keep
             its quality in bf16 (CCFC's ConvNet28) and the device computes bf16 natively (AVX-512 BF16 / AMX
             CPUs, Ampere+ GPUs), else 32-true (fedclust/nn/precision.py). No loss scaling is applied, so
@@ -121,7 +122,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     check_embedding_points(embedding_points)
     if resume and config_text and (Path(resume) / "config.yaml").is_file():
         check_resume_overrides(Path(resume), config_text)
-    leader = _is_leader()
+    leader = rank_zero_before_launch()
     claimed = None
     if leader:
         prefix = name or f"{type(method).__name__.lower()}_{data.name}"
@@ -145,7 +146,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             precision, memory_format, why = *started, "auto, as when the run started"
         fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
                      num_nodes=fabric.num_nodes, precision=precision, loggers=[extra] if extra else [])
-        fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
+        with quiet_start_up(leader):  # Lightning's start-up banners once, from rank 0
+            fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
         folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
         fed_data = build_federated_data(data, fab.device, seed)
         info = fed_data.info
@@ -210,12 +212,7 @@ def check_devices(fabric: FabricConfig) -> None:
             and fabric.devices > torch.cuda.device_count()):
         raise ConfigError("fabric.devices", fabric.devices, f"at most the {torch.cuda.device_count()} GPUs here")
     check_device_count(fabric.devices)
-
-
-def _is_leader() -> bool:
-    """Global rank 0, known before Fabric starts: the processes Fabric's launcher or torchrun start carry
-    their rank in the environment (LOCAL_RANK / NODE_RANK, or RANK)."""
-    return all(os.environ.get(var, "0") == "0" for var in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    check_launcher(fabric.devices, fabric.num_nodes)
 
 
 @contextlib.contextmanager

@@ -7,11 +7,16 @@ evaluation run once on rank 0 and their result is broadcast, and the states of t
 round are shared so that any rank can take any client next round and rank 0 can checkpoint them all.
 
 No gradient is synchronised: ranks train different clients, so the model is never wrapped in DDP; Fabric
-gives the process group, the device and the launcher.
+gives the process group, the device and the launcher. docs/multinode.md gives the commands for several
+machines (torchrun, Slurm).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -19,8 +24,82 @@ import torch.distributed as dist
 from lightning.fabric import Fabric
 from torch import Tensor
 
+from fedclust.errors import ConfigError, FedclustError
 from fedclust.federation.aggregate import WeightedSum
 from fedclust.federation.client import to_cpu
+
+
+def launcher() -> str:
+    """Who started this process, read from the environment the way Lightning picks its cluster environment
+    (lightning.fabric.connector._choose_and_init_cluster_environment, in that order): "torchrun" (it sets
+    TORCHELASTIC_RUN_ID), "slurm" (srun sets SLURM_NTASKS; Lightning ignores Slurm in a job named bash or
+    interactive: its ``_is_srun_used``, rewritten because ``SLURMEnvironment.detect()`` also warns), or
+    "lightning" (Fabric's own launcher, or nodes started by hand with NODE_RANK). LSF and MPI are not
+    covered: there every process would take itself for rank 0."""
+    if dist.is_available() and dist.is_torchelastic_launched():
+        return "torchrun"
+    if "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        return "slurm"
+    return "lightning"
+
+
+def rank_zero_before_launch() -> bool:
+    """Whether this process will be global rank 0, known before Fabric exists (rank 0 alone claims the run
+    folder and builds the loggers, which Fabric's constructor takes): RANK under torchrun, SLURM_PROCID
+    under Slurm, else LOCAL_RANK and NODE_RANK (or GROUP_RANK) as Lightning's own launcher numbers them."""
+    env, which = os.environ, launcher()
+    if which == "torchrun":
+        return env.get("RANK", "0") == "0"
+    if which == "slurm":
+        return env.get("SLURM_PROCID", "0") == "0"
+    return env.get("LOCAL_RANK", "0") == "0" and env.get("NODE_RANK", env.get("GROUP_RANK", "0")) == "0"
+
+
+def check_launcher(devices: int | str, num_nodes: int) -> None:
+    """fabric.devices and fabric.num_nodes agree with the processes torchrun or Slurm started: one sentence
+    before anything is written, not Lightning's ValueError traceback from inside ``fab.launch()`` (or, for a
+    single-process strategy under a several-process torchrun, ranks that each run alone)."""
+    env, which = os.environ, launcher()
+    if which == "torchrun":
+        per_node, world = int(env.get("LOCAL_WORLD_SIZE", "1")), int(env.get("WORLD_SIZE", "1"))
+        per_node_flag, nodes_flag, nodes = "torchrun's --nproc_per_node", "torchrun's --nnodes", world // per_node
+    elif which == "slurm":
+        if "SLURM_NTASKS_PER_NODE" not in env and int(env["SLURM_NTASKS"]) > 1:
+            raise FedclustError(f"the Slurm job asks for --ntasks={env['SLURM_NTASKS']}, which Lightning cannot "
+                                "split over nodes: ask for --ntasks-per-node=fabric.devices and --nodes="
+                                "fabric.num_nodes instead (docs/multinode.md)")
+        per_node, nodes = int(env.get("SLURM_NTASKS_PER_NODE", "1")), int(env.get("SLURM_NNODES", "1"))
+        per_node_flag, nodes_flag = "Slurm's --ntasks-per-node", "Slurm's --nodes"
+    else:
+        return
+    if isinstance(devices, int) and devices != per_node:
+        raise ConfigError("fabric.devices", devices, f"{per_node} (the processes per node of {per_node_flag}; "
+                          "see docs/multinode.md)")
+    if num_nodes != nodes:
+        raise ConfigError("fabric.num_nodes", num_nodes, f"{nodes} ({nodes_flag}; see docs/multinode.md)")
+
+
+@contextlib.contextmanager
+def quiet_start_up(rank_zero: bool) -> Iterator[None]:
+    """Lightning's process-group banners ("Initializing distributed: GLOBAL_RANK ...", "distributed_backend=
+    ...") once, on rank 0 only, while ``fab.launch()`` runs.
+
+    They came twice per rank: Lightning's "lightning" logger has its own stderr handler and also propagates
+    to the root handler the command line installs (logging.basicConfig), so its own handler alone prints
+    them here. Other ranks drop the per-rank "Initializing distributed" line (INFO); warnings and errors of
+    every rank still print."""
+    top = logging.getLogger("lightning")
+    per_rank = logging.getLogger("lightning.fabric.utilities.distributed")  # logs the per-rank line
+    propagate, level = top.propagate, per_rank.level
+    if top.handlers:
+        top.propagate = False
+    if not rank_zero:
+        per_rank.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        top.propagate = propagate
+        per_rank.setLevel(level)
 
 
 def world_size(fabric: Fabric) -> int:

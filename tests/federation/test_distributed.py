@@ -26,12 +26,28 @@ KFED = {"method": {"class_path": "KFED", "init_args": {"k_local": 4}},
         "federation": {"disconnect_rate": 0.4}, "seed": 5}
 
 
-def fit(tmp_path, config: dict, name: str, devices: int) -> tuple[dict, dict]:
+LAUNCHER_VARIABLES = ("FEDCLUST_RUN_DIR", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE",
+                      "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def single_machine_env() -> dict[str, str]:
+    """This environment with one thread per process and without the variables by which a launcher (torchrun,
+    Slurm, Fabric) hands out ranks: the test starts its own, even when it runs inside a Slurm job."""
+    return {key: value for key, value in os.environ.items()
+            if key not in LAUNCHER_VARIABLES and not key.startswith(("SLURM_", "TORCHELASTIC_"))} | {
+        "OMP_NUM_THREADS": "1"}
+
+
+def write_config(tmp_path, config: dict, name: str):
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def fit(tmp_path, config: dict, name: str, devices: int) -> tuple[dict, dict]:
+    path = write_config(tmp_path, config, name)
     run = tmp_path / f"{name}_{devices}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("FEDCLUST_RUN_DIR", None)
+    env = single_machine_env()
     cmd = [sys.executable, "-m", "fedclust", "fit", "--config", str(path), "--run_dir", str(run),
            "--progress", "false", "--fabric.accelerator", "cpu", "--fabric.devices", str(devices),
            "--fabric.strategy", "ddp" if devices > 1 else "auto"]
