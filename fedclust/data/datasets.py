@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedclust.data import derived, image_files
+from fedclust.data import derived, features, folder, hf, image_files
 from fedclust.errors import ConfigError
 from fedclust.seeding import generator
 
@@ -31,7 +31,12 @@ DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
 @dataclass
 class Dataset:
-    """A whole data set in memory; ``split`` marks each sample 0 = official train part, 1 = test part."""
+    """A whole data set in memory; ``split`` marks each sample 0 = official train part, 1 = test part.
+
+    A data set without labels (a user's own data) has ``has_labels`` False, every y -1 and num_classes 0: it is
+    scored without labels (fedclust/clustering/metrics.py label_free_metrics). ``clients`` holds each sample's
+    client 0..m-1 when the data name them (the natural partition), else None.
+    """
 
     name: str
     x: Tensor  # uint8 (N, C, H, W) for images, float32 (N, d) for vectors
@@ -39,6 +44,8 @@ class Dataset:
     num_classes: int
     is_image: bool
     split: Tensor  # int8 (N,)
+    has_labels: bool = True
+    clients: Tensor | None = None  # int64 (N,)
 
     def __len__(self) -> int:
         return len(self.y)
@@ -257,14 +264,17 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "subspace": _subspace,
     "rotated": derived.rotated,
     "representations": derived.representations,
+    "folder": folder.folder,  # a user's own data (docs/own_data.md)
+    "features": features.features,
+    "hf": hf.hf,
 }
 
 
 def load_dataset(name: str, root: str | None = None, split: str = "all", **options) -> Dataset:
     """Load data set `name`; split "all" = train then test concatenated (as the papers train and score).
 
-    `options` are the loader's keyword settings (image_size for imagenet10; num_clusters,
-    points_per_cluster, dim, seed, ... for the synthetic sets).
+    `options` are the loader's keyword settings (image_size for imagenet10 and folder; num_clusters,
+    points_per_cluster, dim, seed, ... for the synthetic sets; label_column, client_column, ... for features and hf).
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, "one of " + ", ".join(DATASETS))
