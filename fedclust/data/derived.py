@@ -81,4 +81,5 @@ def representations(root: str | None, split: str, run: str = "", normalize: bool
         z = torch.cat([method.embed(x) for x in data.iter_all()]).float()
     if normalize:
         z = torch.nn.functional.normalize(z, dim=1)
-    return Dataset(f"representations-{Path(run).name}", z, base.y.clone(), base.num_classes, False, base.split.clone())
+    return Dataset(f"representations-{Path(run).name}", z, base.y.clone(), base.num_classes, False, base.split.clone(),
+                   has_labels=base.has_labels, clients=base.clients)
