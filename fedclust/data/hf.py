@@ -180,7 +180,13 @@ def _images(datasets, table, column: str, image_size: int | None, channels: int 
             raise ValueError("no image")
         if value is None:
             raise ValueError("no image")
-        return Image.fromarray(np.asarray(value))
+        pixels = np.asarray(value)
+        if pixels.dtype.kind in "iu" and pixels.size and 0 <= pixels.min() and pixels.max() <= 255:
+            pixels = pixels.astype(np.uint8)  # integer pixels as lists come back int64
+        if pixels.dtype != np.uint8:  # floats: 0..1 or 0..255? PIL would guess; refuse instead
+            raise DataFileError(f"{where}: row {i} of column {column!r} holds {pixels.dtype} pixels; an image "
+                                "column holds encoded images or integer pixels 0..255")
+        return Image.fromarray(pixels)
 
     return read_images(list(range(len(values))), image_size, channels, opener=open_image,
                        where=lambda i: f"{where}: row {i} of column {column!r}")

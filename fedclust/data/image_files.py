@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedclust.errors import ConfigError, DataFileError, DataNotFoundError
+from fedclust.errors import ConfigError, DataFileError, DataNotFoundError, FedclustError
 
 # IDX type codes (http://yann.lecun.com/exdb/mnist/): the data are big-endian
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -186,6 +186,8 @@ def read_images(sources: list, image_size: int | None = None, channels: int | No
         try:
             with opener(source) as img:
                 return img.size, img.mode
+        except FedclustError:  # the opener's own sentence
+            raise
         except errors as error:
             raise _unreadable(where(source), error) from None
 
@@ -213,6 +215,8 @@ def read_images(sources: list, image_size: int | None = None, channels: int | No
             with opener(source) as img:
                 img = img.convert(mode).resize((image_size, image_size), Image.Resampling.BILINEAR)
                 pixels = np.asarray(img)
+        except FedclustError:
+            raise
         except errors as error:
             raise _unreadable(where(source), error) from None
         return pixels[None] if channels == 1 else pixels.transpose(2, 0, 1)

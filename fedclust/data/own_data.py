@@ -69,7 +69,7 @@ def _numeric(name: str, values: np.ndarray, source: str) -> np.ndarray:
     if values.dtype.kind == "b" or values.dtype.kind in "iuf":
         array = values.astype(np.float64)
     else:
-        kind = "text" if values.dtype.kind in "USO" else str(values.dtype)
+        kind = {"U": "text", "S": "text", "O": "text, missing or ragged"}.get(values.dtype.kind, str(values.dtype))
         raise DataFileError(f"{source}: column {name!r} holds {kind} values, not numbers; every feature "
                             "must be numeric (name the columns to use with data.options.feature_columns)")
     if array.ndim == 1:
@@ -96,9 +96,9 @@ def feature_matrix(columns: Mapping[str, np.ndarray], source: str) -> np.ndarray
             with np.errstate(over="ignore"):
                 bad = np.flatnonzero(~np.isfinite(block.astype(np.float32)).all(axis=1))
             if len(bad):
-                raise DataFileError(f"{source}: column {name!r} holds NaN, infinite or too large values ({len(bad)} "
-                                    f"rows, the first is row {int(bad[0])}); features must be finite numbers: drop "
-                                    "or fill those rows")
+                raise DataFileError(f"{source}: column {name!r} holds NaN (missing), infinite or too large values "
+                                    f"({len(bad)} rows, the first is row {int(bad[0])}); features must be finite "
+                                    "numbers: drop or fill those rows")
     return x32
 
 

@@ -40,6 +40,18 @@ def test_saved_image_dataset_with_labels_and_clients(tmp_path, hf_datasets):
     assert small.x.shape == (6, 1, 3, 3) and not small.has_labels  # the one image column, found by itself
 
 
+def test_image_column_of_pixel_arrays(tmp_path, hf_datasets):
+    pixels = [np.full((4, 4), 30 * i).tolist() for i in range(3)]  # integer lists, as a plain column holds them
+    hf_datasets.Dataset.from_dict({"px": pixels}).save_to_disk(str(tmp_path))
+
+    ds = load_dataset("hf", root=str(tmp_path), image_column="px")
+
+    assert ds.x.shape == (3, 1, 4, 4) and ds.x.dtype == torch.uint8 and int(ds.x[2, 0, 1, 1]) == 60
+    hf_datasets.Dataset.from_dict({"px": [[[0.5]]]}).save_to_disk(str(tmp_path / "floats"))
+    with pytest.raises(DataFileError, match="row 0 of column 'px' holds float(32|64) pixels"):
+        load_dataset("hf", root=str(tmp_path / "floats"), image_column="px")
+
+
 def test_saved_dataset_dict_splits_and_feature_columns(tmp_path, hf_datasets):
     def part(n, offset):
         return hf_datasets.Dataset.from_dict({"v": [[float(i + offset), 1.0] for i in range(n)],
@@ -82,12 +94,14 @@ def test_hub_names_go_to_load_dataset(monkeypatch, hf_datasets):
 
 
 def test_hf_refusals_are_one_sentence(tmp_path, hf_datasets, monkeypatch):
-    hf_datasets.Dataset.from_dict({"f": [1.0, float("nan")], "t": ["x", "y"]}).save_to_disk(str(tmp_path / "s"))
+    hf_datasets.Dataset.from_dict({"f": [1.0, float("nan")], "t": ["x", "y"], "gap": [1.0, None]}).save_to_disk(
+        str(tmp_path / "s"))
     root = str(tmp_path / "s")
     cases = [
         (dict(feature_columns=["f"]), DataFileError, "column 'f' holds NaN"),
         (dict(feature_columns=["t"]), DataFileError, "column 't' holds text values, not numbers"),
-        (dict(label_column="nope"), ConfigError, "data.options.label_column = 'nope'.*f, t"),
+        (dict(feature_columns=["gap"]), DataFileError, "column 'gap' holds NaN \\(missing\\)"),
+        (dict(label_column="nope"), ConfigError, "data.options.label_column = 'nope'.*f, t, gap"),
         (dict(image_column="f", feature_columns=["f"]), ConfigError, "data.options.feature_columns"),
         (dict(feature_columns=["f"], image_size=4), ConfigError, "data.options.image_size"),
     ]

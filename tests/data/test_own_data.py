@@ -180,8 +180,8 @@ def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
         ("x.npz", b"PK\x03\x04 broken zip", {}, DataFileError, "not a readable .npz file"),
         ("x.csv", "a,b\n1,2\n3,oops\n", {}, DataFileError, "column 'b' holds 'oops' in row 1, not a number"),
         ("x.csv", "a,b\n1,\n", {}, DataFileError, "column 'b' holds '' in row 0"),
-        ("x.csv", "a,b\n1,nan\n2,3\n", {}, DataFileError, "column 'b' holds NaN, infinite or too large values"),
-        ("x.csv", "a,b\n1,inf\n", {}, DataFileError, "NaN, infinite"),
+        ("x.csv", "a,b\n1,nan\n2,3\n", {}, DataFileError, r"column 'b' holds NaN \(missing\), infinite or too large"),
+        ("x.csv", "a,b\n1,inf\n", {}, DataFileError, "infinite"),
         ("x.csv", "a,b\n1,1e39\n", {}, DataFileError, "too large"),  # beyond float32
         ("x.csv", "a,b\n1,2,3\n", {}, DataFileError, "row 0 has 3 cells"),
         ("x.csv", "a,b\n1,2\n", {"label_column": "y"}, ConfigError, "data.options.label_column = 'y'.*a, b"),
