@@ -31,7 +31,8 @@ def diagnose_model(method, data, clusters: torch.Tensor | None, seed: int = 0) -
     """Diagnostics of ``method``'s representation of every sample of ``data`` (a FederatedData)."""
     method.eval()
     z = torch.cat([method.embed(x).float().cpu() for x in data.iter_all()])
-    return diagnose(z, clusters, method.num_clusters, data.labels.cpu(), sample_brightness(data.x), seed)
+    labels = data.labels.cpu() if data.dataset.has_labels else None  # no k-means NMI against stand-in labels
+    return diagnose(z, clusters, method.num_clusters, labels, sample_brightness(data.x), seed)
 
 
 class Diagnostics(Callback):
@@ -49,7 +50,7 @@ class Diagnostics(Callback):
             writer.writerows(kept)
 
     def on_round_end(self, orch, record) -> None:
-        if "nmi" not in record:  # not an evaluated round
+        if "nmi" not in record and "calinski_harabasz" not in record:  # not an evaluated round
             return
         row = {"round": record["round"], **diagnose_model(orch.method, orch.data, orch.last_clusters, orch.seed)}
         with self.path.open("a", newline="") as f:

@@ -9,9 +9,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedclust.clustering.metrics import LABEL_FREE_METRICS
+
 from .base import Callback
 
-METRICS = ("nmi", "acc", "ari", "kappa")
+METRICS = ("nmi", "acc", "ari", "kappa", *LABEL_FREE_METRICS)  # whichever the run scores (labels or none)
+COUNTS = ("cluster_size_min", "cluster_size_max", "clusters_found")  # shown as whole numbers
+
+
+def _shown(metric: str, value: float) -> str:
+    return f"{value:.0f}" if metric in COUNTS and value == value else f"{value:.4f}"
 
 
 class ProgressCallback(Callback):
@@ -37,7 +44,7 @@ class ProgressCallback(Callback):
 
     def on_round_end(self, orch, record) -> None:
         self.progress.remove_task(self.task)
-        scores = "  ".join(f"{m} {record[m]:.4f}" for m in METRICS if m in record)
+        scores = "  ".join(f"{m} {_shown(m, record[m])}" for m in METRICS if m in record)
         loss = "" if math.isnan(record["loss"]) else f"loss {record['loss']:.4f}  "
         stage = orch.stages[int(record["stage"])]
         seconds = (f"{record['seconds']:.1f}s (train {record['train_seconds']:.1f}, server "
@@ -51,8 +58,10 @@ class ProgressCallback(Callback):
         final = orch.progress.last_metrics
         if not final:
             return
+        shown = [m for m in METRICS if m in final]
         table = Table(title=f"final clustering metrics ({len(orch.data)} samples)")
-        for name in METRICS:
-            table.add_column(name.upper() if name != "kappa" else "Kappa", justify="right")
-        table.add_row(*(f"{final[m]:.4f}" for m in METRICS))
+        for name in shown:
+            table.add_column("Kappa" if name == "kappa" else name.upper() if name in ("nmi", "acc", "ari")
+                             else name.replace("_", " "), justify="right")
+        table.add_row(*(_shown(m, final[m]) for m in shown))
         self.console.print(table)

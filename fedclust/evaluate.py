@@ -13,7 +13,7 @@ from jsonargparse import ArgumentParser
 from rich.console import Console
 from rich.table import Table
 
-from fedclust.clustering.metrics import cluster_metrics, grouped_cluster_metrics
+from fedclust.clustering.metrics import LABEL_METRICS, cluster_metrics, grouped_cluster_metrics, label_free_metrics
 from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import load_dataset
 from fedclust.errors import ConfigError
@@ -53,6 +53,11 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         check_writable(Path(output), "output")  # before any work
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     method, data_cfg, seed, state, base = load_run(folder, device)
+    if not base.dataset.has_labels:  # the probes and the per-client table score against labels
+        for option, asked in (("knn", knn), ("linear", linear), ("per_client", per_client)):
+            if asked:
+                raise ConfigError(option, asked, f"unset: the run's {data_cfg.name} data have no labels to "
+                                  "score against")
     probes = None
     if knn or linear:  # representations first, so that a k beyond the train split fails before anything is written
         probes = probe_data(method, data_cfg, seed, device, base.dataset)
@@ -72,13 +77,20 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         with torch.no_grad():
             clusters = torch.cat([method.assign(x).cpu() for x in data.iter_all()])
     groups = method.metric_groups(data) if data is base else None  # scored as in the run
-    metrics = grouped_cluster_metrics(clusters, data.labels.cpu(), groups)
+    if data.dataset.has_labels:
+        metrics = grouped_cluster_metrics(clusters, data.labels.cpu(), groups)
+    else:  # as the run scored it: in the representation space, no labels (fedclust/clustering/metrics.py)
+        method.eval()
+        with torch.no_grad():
+            z = torch.cat([method.embed(x).float().cpu() for x in data.iter_all()])
+        metrics = grouped_cluster_metrics(clusters, z, groups, score=label_free_metrics)
     write_assignments(Path(output) if output else folder / f"assignments_{split}.csv", clusters, data,
                       "output" if output else "run")
     write_output(folder / f"evaluate_{split}.json", json.dumps(metrics, indent=2), "run")
     table = Table(title=f"{folder.name}: {split} ({len(clusters)} samples)")
     for key in metrics:
-        table.add_column(key.upper() if key != "kappa" else "Kappa", justify="right")
+        table.add_column("Kappa" if key == "kappa" else key.upper() if key in LABEL_METRICS else key.replace("_", " "),
+                         justify="right")
     table.add_row(*(f"{v:.4f}" for v in metrics.values()))
     Console().print(table)
     if per_client:

@@ -1,7 +1,8 @@
 """`fedclust fit`: build Fabric, data, method and federation from typed arguments, run, write the run folder;
 its parser (typed from fit's signature), and a run folder brought back from what it saved (`load_run`).
 
-Run folder: config.yaml (resolved), partition.txt / partition.csv (per-client class counts), metrics.csv,
+Run folder: config.yaml (resolved), partition.txt / partition.csv (per-client class counts; without labels
+partition.txt holds each client's size and there is no partition.csv), metrics.csv,
 checkpoints/last.ckpt, assignments.csv (index, client, label, cluster) and final.json.
 """
 
@@ -159,10 +160,10 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         console = Console(quiet=not progress or not leader, soft_wrap=True)
         orch = Orchestrator(fab, method, fed_data, federation, seed)
         counts = class_counts(fed_data.labels.cpu(), [p.cpu() for p in fed_data.parts], info.num_classes)
-        table = format_class_counts(counts)
+        table = format_class_counts(counts, info.has_labels)
         backend = kmeans_backend_in_use(fab.device)
         console.print(f"[bold]{type(method).__name__}[/] on {data.name}: {len(fed_data)} samples, "
-                      f"{data.num_clients} clients, {orch.total_rounds} rounds, k-means on {backend}, "
+                      f"{fed_data.num_clients} clients, {orch.total_rounds} rounds, k-means on {backend}, "
                       f"training in {precision} ({why}, {memory_format}), "
                       f"run folder {folder}")
         console.print(table, markup=False, highlight=False)
@@ -172,7 +173,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         elif leader:
             (folder / "config.yaml").write_text(config_text or "")
             (folder / "partition.txt").write_text(table + "\n")
-            run_folder.write_counts_csv(folder / "partition.csv", counts)
+            if info.has_labels:  # per client and class; data without labels have only partition.txt's sizes
+                run_folder.write_counts_csv(folder / "partition.csv", counts)
         if leader:  # only rank 0 logs and writes
             orch.callbacks = [CSVMetrics(folder / "metrics.csv"),
                               Checkpoint(folder / CHECKPOINT, federation.checkpoint_every), ProgressCallback(console)]

@@ -4,6 +4,10 @@ Inputs are integer label tensors on any device; ids may be arbitrary (they are r
 first) and the numbers of clusters and classes may differ. Outputs are python floats, never NaN:
 a degenerate score (a single predicted cluster) is 0.
 
+Data without labels (a user's own) are scored without them (`label_free_metrics`): the Calinski-Harabasz index
+of the clusters in the method's representation space and the cluster sizes; never NMI or ACC against stand-in
+labels.
+
 ACC and Kappa both map clusters to classes with the Hungarian algorithm but, following the reference
 code, with different costs (REFERENCE.md "Kappa"):
 - ACC maximises the overlap (the matched counts of the contingency matrix).
@@ -131,6 +135,23 @@ def calinski_harabasz(x: Tensor, labels: Tensor) -> float:
     return _finite(calinski_harabasz_score(x.detach().double(), lab))
 
 
+LABEL_METRICS = ("nmi", "acc", "ari", "kappa", "purity")
+LABEL_FREE_METRICS = ("calinski_harabasz", "cluster_size_min", "cluster_size_max", "clusters_found")
+
+
+def label_free_metrics(pred: Tensor, z: Tensor) -> dict[str, float]:
+    """Scores of the clustering `pred` of the representations `z` (N, d) that need no labels (the argument
+    order of cluster_metrics, so grouped_cluster_metrics takes it as `score`): the
+    Calinski-Harabasz variance ratio (higher: tighter, better separated clusters; 0 for one cluster), the sizes
+    of the smallest and largest cluster, and the number of clusters holding a sample."""
+    if pred.numel() == 0:
+        raise ValueError("cannot score an empty clustering")
+    dense, found = _dense(pred.cpu())
+    sizes = torch.bincount(dense)
+    return {"calinski_harabasz": calinski_harabasz(z.flatten(1).cpu(), dense), "cluster_size_min": float(sizes.min()),
+            "cluster_size_max": float(sizes.max()), "clusters_found": float(found)}
+
+
 def cluster_metrics(pred: Tensor, target: Tensor) -> dict[str, float]:
     """{"nmi", "acc", "ari", "kappa", "purity"} of the clustering `pred` against the classes `target`."""
     return {
@@ -142,13 +163,15 @@ def cluster_metrics(pred: Tensor, target: Tensor) -> dict[str, float]:
     }
 
 
-def grouped_cluster_metrics(pred: Tensor, target: Tensor, groups: Tensor | None) -> dict[str, float]:
+def grouped_cluster_metrics(pred: Tensor, target: Tensor, groups: Tensor | None,
+                            score=cluster_metrics) -> dict[str, float]:
     """cluster_metrics of the whole labelling (groups None), or the mean over groups of each group's
-    metrics (group id per sample; -1 marks samples that are not scored)."""
+    metrics (group id per sample; -1 marks samples that are not scored). `score(pred, target)` may be another
+    scorer of the same form: label_free_metrics with the representations as `target`."""
     if groups is None:
-        return cluster_metrics(pred, target)
+        return score(pred, target)
     groups = groups.cpu()
-    per_group = [cluster_metrics(pred[groups == g], target[groups == g])
+    per_group = [score(pred[groups == g], target[groups == g])
                  for g in torch.unique(groups).tolist() if g >= 0]
     if not per_group:
         raise ValueError("metric_groups marked every sample -1: nothing to score")

@@ -55,8 +55,10 @@ def check_classes_per_partition(num_classes_per_partition, class_assignment_mode
 def check_data_settings(partition: str, num_clients, p, alpha, min_partition_size, num_classes_per_partition,
                         class_assignment_mode) -> None:
     """Every data setting the chosen partition uses (as DataConfig.partitioner reads them); settings of
-    another partition are not judged, since the run never reads them."""
-    check_num_clients(num_clients)
+    another partition are not judged, since the run never reads them. num_clients None: from the data (natural)
+    or the default of 10 (fedclust/data/config.py)."""
+    if num_clients is not None:
+        check_num_clients(num_clients)
     if partition == "pshift":
         check_p(p)
     elif partition == "dirichlet":

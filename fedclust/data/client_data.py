@@ -39,7 +39,8 @@ class FederatedData:
         image = self.dataset.is_image
         return DataInfo(num_classes=self.dataset.num_classes, in_channels=x.shape[1] if image else 0,
                         input_size=x.shape[-1] if image else 0, num_features=x[0].numel(), is_image=image,
-                        min_client_size=min((len(p) for p in self.parts), default=0))
+                        min_client_size=min((len(p) for p in self.parts), default=0),
+                        has_labels=self.dataset.has_labels)
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -6,21 +6,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from torch import Tensor
 
 from fedclust.data.checks import check_data_settings
 from fedclust.data.client_data import FederatedData
-from fedclust.data.datasets import load_dataset
+from fedclust.data.datasets import Dataset, load_dataset
 from fedclust.data.partition import (
     DirichletPartitioner,
     IidPartitioner,
     Partitioner,
     PathologicalPartitioner,
     PShiftPartitioner,
+    natural_partition,
 )
 from fedclust.errors import ConfigError
 
 # Bytes of device memory the samples may take before they stay on the host (DataLoader path).
 DEVICE_DATA_BUDGET = 4 * 2**30
+DEFAULT_NUM_CLIENTS = 10  # data.num_clients left unset, for the simulated partitions
 
 
 @dataclass
@@ -28,12 +31,18 @@ class DataConfig:
     """Which data, how it is split over clients, and where it lives.
 
     Args:
-        name: Data set: digits, fmnist, mnist, cifar10, cifar100, cifar100_20, stl10, imagenet10, gaussian, subspace.
-        root: Folder holding the data set files (torchvision layout); None uses the default places.
+        name: Data set: digits, fmnist, mnist, cifar10, cifar100, cifar100_20, stl10, imagenet10, gaussian,
+            subspace, rotated, representations; your own data (docs/own_data.md): folder (an image folder, one
+            sub-folder per class or flat), features (.npy, .npz, .csv or .parquet file), hf (a Hugging Face data
+            set by hub name or local folder).
+        root: Folder holding the data set files (torchvision layout); for folder the image folder, for features
+            the file, for hf the hub name or folder. None uses the default places.
         split: "all" concatenates train and test (what the papers do), or "train" / "test" alone.
-        num_clients: Number of simulated clients.
-        partition: pshift (CCFC's p scheme), iid, dirichlet or pathological (flwr-datasets meanings), or
-            iid_balanced (every client holds the same number of samples of every class, within one).
+        num_clients: Number of clients; None (default): 10 for the simulated partitions, and for natural the
+            number of distinct client ids in the data (a number given must equal it).
+        partition: pshift (CCFC's p scheme), iid, dirichlet or pathological (flwr-datasets meanings),
+            iid_balanced (every client holds the same number of samples of every class, within one), or
+            natural (the clients the data name: data.options.client_column of features and hf).
         p: pshift: share of each client's data drawn from "its" class, in [0, 1].
         alpha: dirichlet: concentration; small is more heterogeneous.
         min_partition_size: dirichlet: resample until every client has at least this many samples.
@@ -48,14 +57,15 @@ class DataConfig:
         num_workers: DataLoader workers for the host placement.
         eval_batch_size: Batch size for embedding and assigning all samples.
         options: Data-set specific options (image_size for imagenet10; num_clusters,
-            points_per_cluster, dim for the synthetic sets).
+            points_per_cluster, dim for the synthetic sets; image_size, channels for folder; path,
+            label_column, client_column, feature_columns for features; and path, split, image_column, ... for hf).
     """
 
     name: str = "digits"
     root: str | None = None
     split: Literal["all", "train", "test"] = "all"
-    num_clients: int = 10
-    partition: Literal["pshift", "iid", "iid_balanced", "dirichlet", "pathological"] = "pshift"
+    num_clients: int | None = None
+    partition: Literal["pshift", "iid", "iid_balanced", "dirichlet", "pathological", "natural"] = "pshift"
     p: float = 0.0
     alpha: float = 0.5
     min_partition_size: int = 10
@@ -69,6 +79,7 @@ class DataConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def partitioner(self) -> Partitioner:
+        """The simulated partition (natural is not simulated: see `split_into_clients`)."""
         if self.partition == "pshift":
             return PShiftPartitioner(self.p)
         if self.partition in ("iid", "iid_balanced"):
@@ -80,17 +91,28 @@ class DataConfig:
         raise ConfigError("data.partition", self.partition, "one of pshift, iid, iid_balanced, dirichlet, pathological")
 
 
+def split_into_clients(cfg: DataConfig, dataset: Dataset, seed: int) -> list[Tensor]:
+    """Each client's sample indices: the clients the data name (natural), or a simulated partition."""
+    if cfg.partition == "natural":
+        return natural_partition(dataset.clients, cfg.num_clients, dataset.name)
+    partitioner = cfg.partitioner()
+    if not dataset.has_labels and partitioner.needs_labels:
+        raise ConfigError("data.partition", cfg.partition, f"iid or natural: {cfg.name} data without labels "
+                          "cannot be split by class (set data.options.label_column if the data have labels)")
+    num_clients = DEFAULT_NUM_CLIENTS if cfg.num_clients is None else cfg.num_clients
+    partitioner.validate(num_clients, dataset.num_classes)
+    return partitioner(dataset.y, num_clients, seed)
+
+
 def build_federated_data(cfg: DataConfig, device: torch.device, seed: int) -> FederatedData:
     """Load, partition and place the data. Raises FedclustError before any work on a bad request."""
     check_data_settings(cfg.partition, cfg.num_clients, cfg.p, cfg.alpha, cfg.min_partition_size,
                         cfg.num_classes_per_partition, cfg.class_assignment_mode)  # also in fedclust.precheck
     dataset = load_dataset(cfg.name, root=cfg.root, split=cfg.split, **cfg.options)
-    partitioner = cfg.partitioner()
-    partitioner.validate(cfg.num_clients, dataset.num_classes)
-    parts = partitioner(dataset.y, cfg.num_clients, seed)
+    parts = split_into_clients(cfg, dataset, seed)
     empty = [i for i, part in enumerate(parts) if len(part) == 0]
     if empty:
-        raise ConfigError("data.num_clients", cfg.num_clients,
+        raise ConfigError("data.num_clients", len(parts),
                           f"at most a number that leaves no client empty (clients {empty[:5]} got no sample)")
     fits = dataset.x.numel() * dataset.x.element_size() <= DEVICE_DATA_BUDGET
     on_device = cfg.placement == "device" or (cfg.placement == "auto" and fits)

@@ -16,7 +16,12 @@ from torch import Tensor
 
 @dataclass
 class Dataset:
-    """A whole data set in memory; ``split`` marks each sample 0 = official train part, 1 = test part."""
+    """A whole data set in memory; ``split`` marks each sample 0 = official train part, 1 = test part.
+
+    A data set without labels (a user's own data) has ``has_labels`` False, every y -1 and num_classes 0: it is
+    scored without labels (fedclust/clustering/metrics.py label_free_metrics). ``clients`` holds each sample's
+    client 0..m-1 when the data name them (the natural partition), else None.
+    """
 
     name: str
     x: Tensor  # uint8 (N, C, H, W) for images, float32 (N, d) for vectors
@@ -24,6 +29,8 @@ class Dataset:
     num_classes: int
     is_image: bool
     split: Tensor  # int8 (N,)
+    has_labels: bool = True
+    clients: Tensor | None = None  # int64 (N,)
 
     def __len__(self) -> int:
         return len(self.y)

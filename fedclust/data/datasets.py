@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedclust.data import derived, image_files
+from fedclust.data import derived, features, folder, hf, image_files
 from fedclust.data.dataset import Dataset
 from fedclust.errors import ConfigError
 from fedclust.seeding import generator
@@ -231,14 +231,17 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "imagenet10": _imagenet10,
     "gaussian": _gaussian,
     "subspace": _subspace,
+    "folder": folder.folder,  # a user's own data (docs/own_data.md)
+    "features": features.features,
+    "hf": hf.hf,
 }
 
 
 def load_dataset(name: str, root: str | None = None, split: str = "all", **options) -> Dataset:
     """Load data set `name`; split "all" = train then test concatenated (as the papers train and score).
 
-    `options` are the loader's keyword settings (image_size for imagenet10; num_clusters,
-    points_per_cluster, dim, seed, ... for the synthetic sets).
+    `options` are the loader's keyword settings (image_size for imagenet10 and folder; num_clusters,
+    points_per_cluster, dim, seed, ... for the synthetic sets; label_column, client_column, ... for features and hf).
     """
     if name not in DATASETS:
         raise ConfigError("data.name", name, "one of " + ", ".join(DATASETS))

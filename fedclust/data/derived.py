@@ -77,4 +77,5 @@ def representations(load: Load, root: str | None, split: str, run: str = "", nor
                        for start in range(0, len(base), step)]).float()
     if normalize:
         z = torch.nn.functional.normalize(z, dim=1)
-    return Dataset(f"representations-{Path(run).name}", z, base.y.clone(), base.num_classes, False, base.split.clone())
+    return Dataset(f"representations-{Path(run).name}", z, base.y.clone(), base.num_classes, False, base.split.clone(),
+                   has_labels=base.has_labels, clients=base.clients)

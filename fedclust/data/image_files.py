@@ -1,4 +1,5 @@
-"""Readers for image data sets stored on disk: IDX files (MNIST, Fashion-MNIST) and torchvision layouts.
+"""Readers for image data sets stored on disk: IDX files (MNIST, Fashion-MNIST), torchvision layouts, and image
+folders (ImageNet-10, a user's own `folder`; `read_images` also decodes a Hugging Face image column).
 
 Every reader returns ``(x, y)`` for one official part ("train" or "test"): ``x`` uint8 (N, C, H, W),
 ``y`` int64 (N,). A missing data set raises :class:`DataNotFoundError` with one sentence that says
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedclust.errors import DataFileError, DataNotFoundError
+from fedclust.errors import ConfigError, DataFileError, DataNotFoundError, FedclustError
 
 # IDX type codes (http://yann.lecun.com/exdb/mnist/): the data are big-endian
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -120,30 +121,117 @@ def load_stl10_part(root: Path, part: str) -> tuple[Tensor, Tensor]:
     return torch.from_numpy(np.ascontiguousarray(ds.data)), torch.from_numpy(ds.labels.astype(np.int64))
 
 
-def load_image_folder(folder: Path, image_size: int, title: str) -> tuple[Tensor, Tensor, int]:
-    """Every image of a class-per-subfolder tree, RGB, squashed to image_size x image_size (as CC does)."""
+# PIL modes decoded to one channel when data.options.channels is left to the images
+GRAY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
+
+
+def image_extensions() -> tuple[str, ...]:
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    return IMG_EXTENSIONS
+
+
+def image_tree(folder: Path, title: str) -> tuple[list[str], list[int] | None, list[str]]:
+    """The images under `folder` and their labels: one sub-folder per class (torchvision ImageFolder's layout,
+    classes in sorted order, images found recursively), or the images directly in it (labels None).
+
+    Returns (paths, labels or None, class names)."""
+    from torchvision.datasets.folder import find_classes, make_dataset
+
+    hint = "data.root must be a folder of images, or of one sub-folder of images per class"
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{title} not found: {folder} is not a folder; {hint}.")
+    extensions = image_extensions()
+    flat = sorted(str(p) for p in folder.iterdir() if p.is_file() and p.suffix.lower() in extensions)
+    classes = find_classes(str(folder))[0] if any(p.is_dir() for p in folder.iterdir()) else []
+    if flat and classes:
+        raise DataFileError(f"{folder} holds both images and sub-folders ({classes[0]}, ...); put every image in a "
+                            "class sub-folder, or remove the sub-folders for a folder of unlabelled images")
+    if flat:
+        return flat, None, []
+    if not classes:
+        raise DataFileError(f"{folder} holds no image ({', '.join(extensions)}) and no sub-folder of images; {hint}")
+    samples = make_dataset(str(folder), {c: i for i, c in enumerate(classes)}, extensions, allow_empty=True)
+    held = set(label for _, label in samples)
+    empty = [c for i, c in enumerate(classes) if i not in held]
+    if empty:
+        raise DataFileError(f"{folder / empty[0]} holds no image ({', '.join(extensions)}); add images to it or "
+                            "remove it (every sub-folder is a class)")
+    return [path for path, _ in samples], [label for _, label in samples], classes
+
+
+def _unreadable(where: str, error: BaseException) -> DataFileError:
+    return DataFileError(f"{where} is not a readable image ({type(error).__name__}); remove or replace it")
+
+
+def read_images(sources: list, image_size: int | None = None, channels: int | None = None,
+                opener=None, where=str) -> np.ndarray:
+    """Decode images into one uint8 (N, C, S, S) array, squashed to S x S (as CC does for ImageNet-10).
+
+    `opener(source)` gives a PIL image (default: PIL.Image.open on a path); `where(source)` names a source in
+    messages. image_size None takes the images' own side (they must all share one square size); channels None
+    takes 1 when every image is greyscale, else 3. Every source is untrusted: a file PIL cannot decode is one
+    sentence naming it (DataFileError)."""
     from PIL import Image
-    from torchvision.datasets import ImageFolder
 
-    try:
-        ds = ImageFolder(str(folder))
-    except FileNotFoundError as e:
-        raise DataNotFoundError(
-            f"{title} not found in {folder}; pass data.root=DIR holding one sub-folder of images per class."
-        ) from e
+    opener = opener or Image.open
+    errors = (OSError, ValueError, TypeError, SyntaxError, Image.DecompressionBombError)
+    if image_size is not None and (isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1):
+        raise ConfigError("data.options.image_size", image_size, "a positive integer (the side to resize to)")
+    if channels is not None and (isinstance(channels, bool) or channels not in (1, 3)):
+        raise ConfigError("data.options.channels", channels, "1 (greyscale) or 3 (RGB)")
+    workers = min(8, os.cpu_count() or 1)
 
-    def load(path: str) -> np.ndarray:
+    def header(source) -> tuple[tuple[int, int], str]:  # PIL reads only the header until pixels are asked for
         try:
-            with Image.open(path) as img:
-                img = img.convert("RGB").resize((image_size, image_size), Image.Resampling.BILINEAR)
-                return np.asarray(img).transpose(2, 0, 1)
-        except (OSError, ValueError, Image.DecompressionBombError) as error:  # untrusted files
-            raise DataFileError(f"{path} is not a readable image ({type(error).__name__}); "
-                                "remove or replace it") from None
+            with opener(source) as img:
+                return img.size, img.mode
+        except FedclustError:  # the opener's own sentence
+            raise
+        except errors as error:
+            raise _unreadable(where(source), error) from None
 
-    x = np.empty((len(ds.samples), 3, image_size, image_size), dtype=np.uint8)
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:  # PIL decodes without the GIL
-        for i, img in enumerate(pool.map(load, [path for path, _ in ds.samples])):
+    if image_size is None or channels is None:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            heads = list(pool.map(header, sources))
+        if channels is None:
+            channels = 1 if all(mode in GRAY_MODES for _, mode in heads) else 3
+        if image_size is None:
+            (w, h), _ = heads[0]
+            other = next((i for i, (size, _) in enumerate(heads) if size != (w, h)), None)
+            if other is not None:
+                ow, oh = heads[other][0]
+                sizes = f"{where(sources[0])} is {w}x{h}, {where(sources[other])} is {ow}x{oh}"
+                raise ConfigError("data.options.image_size", None, "a side to resize every image to: the images "
+                                  f"differ in size ({sizes})")
+            if w != h:
+                raise ConfigError("data.options.image_size", None, f"a side to resize the images to: they are {w}x{h}, "
+                                  "not square")
+            image_size = w
+    mode = "L" if channels == 1 else "RGB"
+
+    def load(source) -> np.ndarray:
+        try:
+            with opener(source) as img:
+                img = img.convert(mode).resize((image_size, image_size), Image.Resampling.BILINEAR)
+                pixels = np.asarray(img)
+        except FedclustError:
+            raise
+        except errors as error:
+            raise _unreadable(where(source), error) from None
+        return pixels[None] if channels == 1 else pixels.transpose(2, 0, 1)
+
+    x = np.empty((len(sources), channels, image_size, image_size), dtype=np.uint8)
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # PIL decodes without the GIL
+        for i, img in enumerate(pool.map(load, sources)):
             x[i] = img
-    y = torch.as_tensor([label for _, label in ds.samples], dtype=torch.int64)
-    return torch.from_numpy(x), y, len(ds.classes)
+    return x
+
+
+def load_image_folder(folder: Path, image_size: int, title: str) -> tuple[Tensor, Tensor, int]:
+    """Every image of a class-per-subfolder tree, RGB, squashed to image_size x image_size (ImageNet-10)."""
+    paths, labels, classes = image_tree(folder, title)
+    if labels is None:
+        raise DataFileError(f"{folder} holds images but no class sub-folder; {title} keeps one sub-folder per class")
+    x = read_images(paths, image_size, channels=3)
+    return torch.from_numpy(x), torch.as_tensor(labels, dtype=torch.int64), len(classes)

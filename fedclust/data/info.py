@@ -15,3 +15,4 @@ class DataInfo:
     num_features: int  # numbers per sample (C*H*W or d)
     is_image: bool
     min_client_size: int = 0  # samples of the smallest client (0: not partitioned yet)
+    has_labels: bool = True  # False: num_classes is 0 and nothing can default to it (a user's unlabelled data)

@@ -3,7 +3,8 @@
 Labels are used only to simulate heterogeneity. Names and parameters follow flwr-datasets where the
 idea is the same (IidPartitioner, DirichletPartitioner, PathologicalPartitioner); PShiftPartitioner is
 CCFC's p scheme. Every draw comes from ``numpy_rng(seed, "partition")``, so a partition depends only
-on (labels, number of clients, seed).
+on (labels, number of clients, seed). Data without labels can only be split by IidPartitioner (``needs_labels``);
+`natural_partition` is no simulation: it keeps the clients the data name.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from fedclust.seeding import numpy_rng
 
 class Partitioner:
     """Base class: ``parts = partitioner(labels, num_partitions, seed)``; subclasses write ``_split``."""
+
+    needs_labels = True  # False: it splits data without labels too (their labels are all -1)
 
     def validate(self, num_partitions: int, num_classes: int) -> None:
         """Raise ConfigError if no partition into `num_partitions` clients can be made."""
@@ -59,6 +62,7 @@ class IidPartitioner(Partitioner):
 
     def __init__(self, balanced: bool = False):
         self.balanced = balanced
+        self.needs_labels = balanced
 
     def _split(self, y, m, num_classes, rng):
         if not self.balanced:
@@ -228,16 +232,38 @@ class PShiftPartitioner(Partitioner):
         return [np.concatenate([own[i], pool[i * chunk : (i + 1) * chunk], rest[i::m]]) for i in range(m)]
 
 
+def natural_partition(clients: Tensor | None, num_clients: int | None, name: str) -> list[Tensor]:
+    """The clients the data name: client ids 0..m-1 (fedclust/data/own_data.py encodes any ids so), each client
+    its samples in data order. `num_clients` None takes m from the data; a number must equal m."""
+    if clients is None:
+        raise ConfigError("data.partition", "natural", f"a simulated partition (iid, ...): {name} data name no "
+                          "client per sample (features and hf take data.options.client_column)")
+    m = int(clients.max()) + 1 if len(clients) else 0
+    if num_clients is not None and num_clients != m:
+        raise ConfigError("data.num_clients", num_clients, f"{m}, the number of distinct client ids in the data, "
+                          "or unset (null) to take it from the data")
+    order = torch.argsort(clients.cpu(), stable=True)
+    return [part.clone() for part in torch.split(order, torch.bincount(clients.cpu(), minlength=m).tolist())]
+
+
 def class_counts(labels: Tensor, parts: list[Tensor], num_classes: int) -> Tensor:
-    """Samples of each class held by each client: int64 (clients x classes)."""
+    """Samples of each class held by each client: int64 (clients x classes). Data without labels (every label
+    -1, num_classes 0) give one column: each client's number of samples."""
     y = labels.detach().cpu().long()
+    if num_classes == 0 and bool((y < 0).all()):
+        return torch.tensor([[len(p)] for p in parts], dtype=torch.int64).reshape(len(parts), 1)
     rows = [torch.bincount(y[p.cpu()], minlength=num_classes) for p in parts]
     return torch.stack(rows) if rows else torch.zeros(0, num_classes, dtype=torch.int64)
 
 
-def format_class_counts(counts: Tensor) -> str:
-    """A text table: a header of class ids, one row per client, and a total column."""
+def format_class_counts(counts: Tensor, labelled: bool = True) -> str:
+    """A text table: a header of class ids, one row per client, and a total column (labelled False: the one
+    column of class_counts for data without labels, headed "samples")."""
     counts = counts.detach().cpu().long()
+    if not labelled:
+        width = max(len(str(int(v))) for v in counts.flatten().tolist() + [0]) + 1
+        return "\n".join(["client" + "samples".rjust(max(width, 8)),
+                          *(str(i).rjust(6) + str(int(row[0])).rjust(max(width, 8)) for i, row in enumerate(counts))])
     totals = counts.sum(dim=1)
     cells = [str(int(v)) for v in counts.flatten()] + [str(int(v)) for v in totals] + ["total"]
     width = max(len(c) for c in cells + [str(counts.shape[1] - 1)]) + 1

@@ -15,7 +15,12 @@ import torch
 from lightning.fabric import Fabric
 from torch import Tensor
 
-from fedclust.clustering.metrics import grouped_cluster_metrics
+from fedclust.clustering.metrics import (
+    LABEL_FREE_METRICS,
+    LABEL_METRICS,
+    grouped_cluster_metrics,
+    label_free_metrics,
+)
 from fedclust.contract import (
     LOCAL_WEIGHTS,
     OPTIMIZER,
@@ -104,10 +109,11 @@ class Orchestrator:
                 last = position == self.total_rounds
                 if last or position % self.federation.eval_every == 0:
                     start = time.perf_counter()
-                    record.update(self.evaluate())
+                    scores = self.evaluate()
+                    record.update(scores)
                     record["eval_seconds"] = time.perf_counter() - start
                     record["seconds"] += record["eval_seconds"]
-                    self.progress.last_metrics = {k: record[k] for k in ("nmi", "acc", "ari", "kappa", "purity")}
+                    self.progress.last_metrics = dict(scores)
                 self.progress.history.append(record)
                 self._call("on_round_end", self, record)
         self._call("on_fit_end", self)
@@ -226,18 +232,26 @@ class Orchestrator:
             return torch.full((len(self.data),), -1, dtype=torch.long)
 
     def evaluate(self) -> dict[str, float]:
-        """Scored once, on rank 0; every rank gets the metrics (nan while there is no clustering yet)."""
+        """Scored once, on rank 0; every rank gets the metrics (nan while there is no clustering yet). Data
+        without labels get the label-free scores, in the method's representation space (metrics.py)."""
         metrics = None
+        labelled = self.data.dataset.has_labels
         if self.fabric.is_global_zero:
             try:
                 clusters = self.method.predict(self.data, self.client_states).cpu()
                 self.last_clusters = clusters
                 groups = self.method.metric_groups(self.data)
-                metrics = grouped_cluster_metrics(clusters, self.data.labels.cpu(), groups)
+                if labelled:
+                    metrics = grouped_cluster_metrics(clusters, self.data.labels.cpu(), groups)
+                else:
+                    self.method.eval()
+                    with torch.no_grad():
+                        z = torch.cat([self.method.embed(x).float().cpu() for x in self.data.iter_all()])
+                    metrics = grouped_cluster_metrics(clusters, z, groups, score=label_free_metrics)
             except NotFittedError as error:
                 self.last_clusters = None
                 log.warning("round not scored: %s", error)
-                metrics = dict.fromkeys(("nmi", "acc", "ari", "kappa", "purity"), math.nan)
+                metrics = dict.fromkeys(LABEL_METRICS if labelled else LABEL_FREE_METRICS, math.nan)
         return broadcast_object(self.fabric, metrics)
 
     # --- checkpoints -----------------------------------------------------------------------------------

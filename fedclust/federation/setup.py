@@ -14,6 +14,9 @@ def setup_method(method: FederatedMethod, data, seed: int) -> None:
     """Check the method against the data, then build its networks on the data's device (fit and evaluate)."""
     info = data.info
     check_hparams(method)
+    if method.num_clusters is None and not info.has_labels:  # nothing to take the number of classes from
+        raise ConfigError("method.num_clusters", None, "a positive integer: the data have no labels to take the "
+                          "number of clusters from")
     method.validate(info, data.num_clients)
     local = method.local_clusters()
     if local is not None and info.min_client_size and local > info.min_client_size:

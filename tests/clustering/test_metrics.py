@@ -10,12 +10,16 @@ from scipy.optimize import linear_sum_assignment
 from sklearn import metrics as skm
 
 from fedclust.clustering.metrics import (
+    LABEL_FREE_METRICS,
+    LABEL_METRICS,
     acc,
     ari,
     calinski_harabasz,
     cluster_metrics,
+    grouped_cluster_metrics,
     kappa,
     kappa_mapping,
+    label_free_metrics,
     nmi,
     purity,
 )
@@ -155,3 +159,20 @@ def test_grouped_metrics_average_each_groups_metrics_and_skip_unscored():
     assert out == pytest.approx({k: (a[k] + b[k]) / 2 for k in a})
     assert a["acc"] == 1.0 and b["acc"] == 0.75  # hand-checked: group 1 maps 5->2, 7->3, 6 wrong
     assert grouped_cluster_metrics(pred, target, None) == cluster_metrics(pred, target)
+
+
+def test_label_free_metrics_score_the_clusters_in_the_representation_space():
+    g = torch.Generator().manual_seed(0)
+    z = torch.cat([torch.randn(30, 4, generator=g), torch.randn(10, 4, generator=g) + 8])
+    pred = torch.tensor([5] * 30 + [9] * 10)  # any ids
+
+    scores = label_free_metrics(pred, z)
+
+    assert scores["calinski_harabasz"] == pytest.approx(skm.calinski_harabasz_score(z.numpy(), pred.numpy()),
+                                                          rel=1e-5)
+    assert (scores["cluster_size_min"], scores["cluster_size_max"], scores["clusters_found"]) == (10, 30, 2)
+    assert set(scores) == set(LABEL_FREE_METRICS) and not set(scores) & set(LABEL_METRICS)
+    groups = torch.tensor([0] * 20 + [1] * 20)  # grouped as the labelled scores: the mean over groups
+    per_group = [label_free_metrics(pred[groups == g], z[groups == g]) for g in (0, 1)]
+    grouped = grouped_cluster_metrics(pred, z, groups, score=label_free_metrics)
+    assert grouped["cluster_size_max"] == (per_group[0]["cluster_size_max"] + per_group[1]["cluster_size_max"]) / 2

@@ -36,3 +36,9 @@ def test_host_dataloader_path_gives_the_same_run_as_the_device_path(run_fit, mon
 def test_a_client_left_empty_is_a_config_error():
     with pytest.raises(ConfigError, match="data.num_clients"):
         build_federated_data(DataConfig(name="digits", num_clients=2000, partition="iid"), torch.device("cpu"), 0)
+
+
+def test_num_clients_left_unset_is_ten_for_a_simulated_partition():
+    data = build_federated_data(DataConfig(name="digits", partition="iid"), torch.device("cpu"), 0)
+    assert data.num_clients == 10 and DataConfig().num_clients is None
+    assert data.info.has_labels

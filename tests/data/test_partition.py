@@ -12,6 +12,7 @@ from fedclust.data.partition import (
     PShiftPartitioner,
     class_counts,
     format_class_counts,
+    natural_partition,
 )
 from fedclust.errors import ConfigError
 
@@ -255,3 +256,41 @@ def test_data_config_passes_the_class_assignment_mode():
 
     partitioner = DataConfig(partition="pathological", class_assignment_mode="disjoint").partitioner()
     assert partitioner.mode == "disjoint"
+
+
+# ---------------------------------------------------------------- natural clients, data without labels
+
+
+def test_natural_partition_keeps_the_clients_the_data_name():
+    clients = torch.tensor([2, 0, 2, 1, 0, 2])
+
+    parts = natural_partition(clients, None, "features")
+
+    assert [p.tolist() for p in parts] == [[1, 4], [3], [0, 2, 5]]
+    assert [p.tolist() for p in natural_partition(clients, 3, "features")] == [[1, 4], [3], [0, 2, 5]]
+    with pytest.raises(ConfigError, match=r"data.num_clients = 4 .*3, the number of distinct client ids"):
+        natural_partition(clients, 4, "features")
+    with pytest.raises(ConfigError, match="data.partition = 'natural'.*client_column"):
+        natural_partition(None, None, "folder")
+
+
+def test_only_iid_splits_data_without_labels():
+    unlabelled = torch.full((12,), -1)
+
+    parts = IidPartitioner()(unlabelled, 3, seed=0)
+
+    assert_disjoint_cover(parts, 12)
+    assert not IidPartitioner().needs_labels
+    for partitioner in (IidPartitioner(balanced=True), PShiftPartitioner(0.5), DirichletPartitioner(0.5),
+                        PathologicalPartitioner(2)):
+        assert partitioner.needs_labels
+
+
+def test_class_counts_without_labels_are_client_sizes():
+    parts = [torch.tensor([0, 3]), torch.tensor([1, 2, 4])]
+
+    counts = class_counts(torch.full((5,), -1), parts, 0)
+
+    assert counts.tolist() == [[2], [3]]
+    table = format_class_counts(counts, labelled=False).splitlines()
+    assert table[0].split() == ["client", "samples"] and table[2].split() == ["1", "3"]
