@@ -32,14 +32,19 @@ from fedclust.clustering.kmeans import set_backend as set_kmeans_backend
 from fedclust.contract import FederatedMethod
 from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
-from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
 from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
 from fedclust.resume import arithmetic_line, check_resume_overrides, started_arithmetic
-from fedclust.run_checks import check_device_count, check_embedding_points
+from fedclust.run_checks import (
+    check_cuda_request,
+    check_device_count,
+    check_embedding_points,
+    check_run_location,
+    is_leader,
+)
 from fedclust.run_folder import CHECKPOINT
 
 RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
@@ -116,11 +121,12 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     check_embedding_points(embedding_points)
     if resume and config_text and (Path(resume) / "config.yaml").is_file():
         check_resume_overrides(Path(resume), config_text)
-    leader = _is_leader()
+    leader = is_leader()
     claimed = None
     if leader:
+        check_run_location(runs_dir, run_dir, resume)  # also in fedclust.precheck; nothing is created before it
         prefix = name or f"{type(method).__name__.lower()}_{data.name}"
-        claimed = (run_folder.resume(resume, CHECKPOINT) if resume is not None
+        claimed = (run_folder.resume(resume) if resume is not None
                    else run_folder.claim(runs_dir, prefix, run_dir))
         folder = claimed.path
         os.environ[RUN_DIR_ENV] = str(folder)  # the processes Fabric launches next write nothing, but know it
@@ -129,6 +135,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     # the env var FEDCLUST_KMEANS_BACKEND or an earlier choice holds unless this run names a backend
     previous_backend = set_kmeans_backend(kmeans_backend) if kmeans_backend != "auto" else None
     try:
+        # untrusted, so judged as soon as it is read: before any data is loaded or any model is built
+        resumed_state = load_checkpoint(folder / CHECKPOINT) if resume is not None else None
         hparams = yaml.safe_load(config_text) if config_text else {}  # nested: filterable by data.p, seed, ...
         extra = build_logger(logger, folder, project, group, name, hparams) if leader else None
         kind = device_type(fabric.accelerator)
@@ -160,7 +168,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
                       f"run folder {folder}")
         console.print(table, markup=False, highlight=False)
         if resume:
-            orch.load_state_dict(load_checkpoint(folder / CHECKPOINT))
+            orch.load_state_dict(resumed_state)
             console.print(f"resumed after round {orch.progress.done}")
         elif leader:
             (folder / "config.yaml").write_text(config_text or "")
@@ -199,18 +207,9 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
 
 def check_devices(fabric: FabricConfig) -> None:
     """Asking for GPUs on a machine without them is one sentence, not Lightning's traceback."""
-    if fabric.accelerator in ("cuda", "gpu") and not torch.cuda.is_available():
-        raise ConfigError("fabric.accelerator", fabric.accelerator, "cpu or auto: this machine has no CUDA GPU")
-    if (fabric.accelerator in ("cuda", "gpu") and isinstance(fabric.devices, int)
-            and fabric.devices > torch.cuda.device_count()):
-        raise ConfigError("fabric.devices", fabric.devices, f"at most the {torch.cuda.device_count()} GPUs here")
+    cuda_devices = torch.cuda.device_count() if fabric.accelerator in ("cuda", "gpu") else 0
+    check_cuda_request(fabric.accelerator, fabric.devices, cuda_devices)  # also in fedclust.precheck
     check_device_count(fabric.devices)
-
-
-def _is_leader() -> bool:
-    """Global rank 0, known before Fabric starts: the processes Fabric's launcher or torchrun start carry
-    their rank in the environment (LOCAL_RANK / NODE_RANK, or RANK)."""
-    return all(os.environ.get(var, "0") == "0" for var in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 @contextlib.contextmanager
