@@ -13,8 +13,10 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 
 def _parser(function) -> ArgumentParser:
-    # exit_on_error=False: the CLI turns every parse error into one sentence (no usage block)
-    return ArgumentParser(description=function.__doc__.split("\n")[0], exit_on_error=False)
+    # exit_on_error=False: the CLI turns every parse error into one sentence (no usage block); prog: the usage
+    # line names the subcommand (`fedclust compare ...`), not python's __main__.py
+    return ArgumentParser(prog=f"fedclust {function.__name__}", description=function.__doc__.split("\n")[0],
+                          exit_on_error=False)
 
 
 def fit_parser() -> ArgumentParser:
@@ -58,7 +60,9 @@ def compare_parser() -> ArgumentParser:
 
     parser = _parser(compare)
     parser.add_function_arguments(compare, fail_untyped=True, skip={"runs"})
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="Run folders written by `fedclust fit`.")
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP_DIR",
+                        help="Run folders written by `fedclust fit`, or folders of them (a sweep folder: every run "
+                             "in it).")
     return parser
 
 
