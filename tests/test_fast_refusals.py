@@ -71,6 +71,9 @@ CASES = [
      "a complete checkpoint written by fedclust; this file is truncated or damaged"),
     ("evaluate_truncated_checkpoint", ["evaluate", "--run", "{d}/truncated_run"],
      "checkpoint = '{d}/truncated_run/checkpoints/last.ckpt' is not valid: a complete checkpoint"),
+    ("evaluate_unknown_data_name", ["evaluate", "--run", "{d}/mnist_run", "--data_name", "mnistt"],
+     "data.name = 'mnistt' is not valid: one of digits, mnist"),
+    ("evaluate_missing_data", ["evaluate", "--run", "{d}/mnist_run"], "MNIST not found in {d}/nowhere"),
 ]
 IDS = [case[0] for case in CASES]
 
@@ -105,19 +108,26 @@ def files(tmp_path_factory) -> Path:
     (d / "taken" / "metrics.csv").write_text("an earlier run's")
     run = d / "truncated_run"
     (run / "config.yaml").parent.mkdir()
-    (run / "config.yaml").write_text(_resolved_quickstart())
+    (run / "config.yaml").write_text(_resolved("quickstart"))
     checkpoint = run / "checkpoints" / "last.ckpt"
     write_checkpoint_stub(checkpoint)
     checkpoint.write_bytes(checkpoint.read_bytes()[:-30])  # cut short: no central directory
+    run = d / "mnist_run"  # a saved run whose data is gone
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(_resolved("ccfc_mnist", "--data.root", str(d / "nowhere")))
+    import torch
+
+    torch.save({"model": {}, "server": {}, "clients": {}, "done": 1}, run / "checkpoints" / "last.ckpt")
     return d
 
 
-def _resolved_quickstart() -> str:
-    """The quick start's config as fit() saves it in a run folder (what --resume reads back)."""
+def _resolved(config: str, *overrides: str) -> str:
+    """A packaged config as fit() saves it in a run folder (what --resume and evaluate read back)."""
     from fedclust.parsers import fit_parser, parse
 
     parser = fit_parser()
-    return parser.dump(parse("fit", parser, ["--config", str(packaged_configs()["quickstart"])]), skip_unset=False)
+    args = ["--config", str(packaged_configs()[config]), *overrides]
+    return parser.dump(parse("fit", parser, args), skip_unset=False)
 
 
 def _skip_where_not_judged(case_id: str) -> None:
@@ -197,7 +207,7 @@ def test_an_unsafe_checkpoint_is_refused_before_any_data_or_model(files, tmp_pat
 
     run = tmp_path / "crafted"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "config.yaml").write_text(_resolved_quickstart())
+    (run / "config.yaml").write_text(_resolved("quickstart"))
     torch.save({"model": argparse.Namespace(), "server": {}, "clients": {}, "done": 1},
                run / "checkpoints" / "last.ckpt")
 

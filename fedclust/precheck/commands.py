@@ -12,7 +12,6 @@ from fedclust.precheck import facts, ranges
 from fedclust.precheck.argv import Argv, Event, option_value
 from fedclust.precheck.fit_config import Fit
 from fedclust.precheck.values import Schema, StepAside
-from fedclust.run_checks import check_saved_run
 
 MAX_SWEEP_POINTS = 5000
 
@@ -61,8 +60,7 @@ def evaluate(schema: Schema, args: list[str]) -> None:
     seen, values, _ = simple(schema, "evaluate", args)
     ranges.evaluate(schema.command("evaluate")["options"], values)  # evaluate() checks these before the folder
     run = Path(path_value(seen["--run"][-1]))  # evaluate() reads Path(run): its messages show the path so
-    check_saved_run(run)  # as run_folder.load_run, which then reads the checkpoint
-    facts.checkpoint(run)
+    facts.evaluate(run, values, schema.raw.get("datasets"))
 
 
 def compare(schema: Schema, args: list[str]) -> None:

@@ -21,6 +21,7 @@ from fedclust.run_checks import (
     check_checkpoint_file,
     check_cuda_request,
     check_run_location,
+    check_saved_run,
     is_leader,
     no_cuda_for_certain,
     require_logger,
@@ -48,9 +49,38 @@ def run_location(runs_dir, run_dir, resume) -> None:
         check_checkpoint_file(Path(resume) / CHECKPOINT)
 
 
-def checkpoint(run: str | Path) -> None:
-    """evaluate's checkpoint, which it reads first."""
-    check_checkpoint_file(Path(run) / CHECKPOINT)
+def evaluate(run: Path, values: dict, data_sets: dict | None) -> None:
+    """evaluate()'s checks after its settings, in its order: --data_name's name, the run folder, its checkpoint,
+    then the data it loads: the run's own (load_run), and another split or data set (load_dataset)."""
+    data_name, data_root, split = (values.get(k) for k in ("data_name", "data_root", "split"))
+    if data_sets is not None and isinstance(data_name, str):
+        check_data_name(data_name, data_sets)
+    check_saved_run(run)
+    check_checkpoint_file(run / CHECKPOINT)
+    saved = _saved_data(run)
+    if saved is None:
+        return
+    name, root, saved_split = saved
+    catalog.dataset_facts(name, root, saved_split)
+    if isinstance(data_name, str) or split in ("all", "train", "test"):
+        catalog.dataset_facts(data_name or name, data_root or root, "all" if split in (None, "same") else split)
+
+
+def _saved_data(run: Path) -> tuple[str, str | None, str] | None:
+    """(name, root, split) of the data a run folder's config.yaml names; None where it is not plainly so (the
+    run's own parser then judges it)."""
+    import yaml
+
+    try:
+        data = (yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return None
+    name, root, split = data.get("name", "digits"), data.get("root"), data.get("split", "all")
+    if not isinstance(name, str) or not isinstance(root, str | None) or split not in ("all", "train", "test"):
+        return None
+    if data.get("options"):
+        return None  # options change what some loaders read: not judged here
+    return name, root, split
 
 
 def data(get, data_sets: dict | None, method: dict | None, init_values: dict) -> None:
