@@ -46,7 +46,8 @@ OUT = Path(__file__).resolve().parent / "runs" / "ccfc_probe"
 
 # ----------------------------------------------------------------------------------------------- data
 def load_test(split: str = "test") -> tuple[torch.Tensor, np.ndarray]:
-    from fedclust.data.datasets import load_dataset, to_float
+    from fedclust.data.dataset import to_float
+    from fedclust.data.datasets import load_dataset
     ds = load_dataset("fmnist", split=split)
     return to_float(ds.x), ds.y.numpy()
 

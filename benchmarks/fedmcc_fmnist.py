@@ -31,7 +31,7 @@ from common import RESULTS, RUNS, machine, run_config
 
 from fedclust.clustering.kmeans import kmeans
 from fedclust.clustering.metrics import cluster_metrics
-from fedclust.run_folder import load_run
+from fedclust.fit import load_run
 
 NONIID = ["--data.partition", "pathological", "--data.num_classes_per_partition", "2",
           "--data.class_assignment_mode", "disjoint"]

@@ -65,8 +65,8 @@ def time_one_epoch() -> dict:
 
 
 def recluster_cached(km_name: str, name: str) -> dict:
+    from fedclust.fit import load_run
     from fedclust.methods.sdafc import recluster
-    from fedclust.run_folder import load_run
 
     final = RUNS / name / "final.json"
     if final.exists():
@@ -85,7 +85,7 @@ def recluster_cached(km_name: str, name: str) -> dict:
 def synthetic_spread(run_name: str, n: int = 1000) -> tuple[float, float]:
     """Mean per-pixel std across n images from a PPFC-GAN run's global generator, and across n real images:
     near 0 means the generator draws near-identical images (the DCN then has nothing to cluster)."""
-    from fedclust.run_folder import load_run
+    from fedclust.fit import load_run
 
     saved = load_run(RUNS / run_name, torch.device("cpu"))
     fake = saved.method.gan.synthesize(n, torch.Generator().manual_seed(0), torch.device("cpu"))

@@ -27,7 +27,8 @@ import time
 import torch
 from common import RESULTS, RUNS, machine
 
-from fedclust.data.datasets import load_dataset, to_float
+from fedclust.data.dataset import to_float
+from fedclust.data.datasets import load_dataset
 from fedclust.data.transforms import dequantize, randomize_background
 from fedclust.nn.flows import RealNVP, stack_log_prob
 from fedclust.seeding import derive_seed, generator

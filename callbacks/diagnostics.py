@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from fedclust.data.datasets import to_float
+from fedclust.data.dataset import to_float
 from fedclust.probes.diagnose import DIAGNOSTIC_KEYS, diagnose
 
 from .base import Callback

@@ -7,7 +7,7 @@
     fedclust compare runs/RUN_A runs/RUN_B ... [--output compare.html]
     fedclust configs                                                   (the packaged configs)
 
-Only the subcommand that runs builds its parser (fedclust/parsers.py), which imports torch and Lightning;
+Only the subcommand that runs builds its parser (fedclust/commands.py), which imports torch and Lightning;
 `fedclust --help`, `--version`, `configs` answer without them, and so does bad input: fedclust/precheck/
 checks the arguments and YAML configs against fedclust/cli_schema.json first (the real parser still parses
 every command that passes).
@@ -65,43 +65,6 @@ def _resume_argv(argv: list[str]) -> list[str]:
     return argv
 
 
-def run(command: str, args: list[str]) -> int:
-    """Parse one subcommand's arguments and run it (heavy imports start here)."""
-    from jsonargparse import ArgumentError
-
-    from fedclust.cli_errors import one_sentence
-    from fedclust.parsers import PARSERS, parse, resolved_fit_config
-
-    parser = PARSERS[command]()
-    try:
-        cfg = parse(command, parser, args)
-    except ArgumentError as error:
-        raise FedclustError(one_sentence(str(error), parser)) from None
-    if command == "fit":
-        from fedclust.fit import fit
-
-        init, text = resolved_fit_config(parser, cfg)
-        fit(**init, config_text=text)
-    elif command == "sweep":
-        from fedclust.sweep import sweep
-
-        runs = sweep(**cfg)
-        failed = [r["name"] for r in runs if r["status"] == "failed"]
-        if failed:
-            print(f"fedclust: {len(failed)} sweep run(s) failed: {', '.join(failed)} (logs in the sweep "
-                  "folder's logs/; run the same command again to retry them)", file=sys.stderr)
-            return 1
-    elif command == "compare":
-        from fedclust.compare import compare
-
-        compare(**cfg)
-    else:
-        from fedclust.evaluate import evaluate
-
-        evaluate(**cfg)
-    return 0
-
-
 def _emit(text: str) -> None:
     """Print, tolerating a reader that closed the pipe early (`fedclust configs | head -1`)."""
     try:
@@ -131,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         from fedclust import precheck
 
         precheck.check(command, argv[1:])  # bad input refused here, before torch (see fedclust/precheck/)
-        return run(command, argv[1:])
+        from fedclust import commands
+
+        return commands.run(command, argv[1:])
     except FedclustError as error:
         print(f"fedclust: error: {error}", file=sys.stderr)
         return 2

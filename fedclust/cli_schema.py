@@ -1,6 +1,6 @@
 """What `fedclust fit | evaluate | sweep | compare` accept, known without importing torch: fedclust/cli_schema.json.
 
-The JSON is read off the real jsonargparse parsers (fedclust/parsers.py) and the method classes, so it says
+The JSON is read off the real jsonargparse parsers (fedclust/commands.py) and the method classes, so it says
 exactly what they accept: every option with its type hint and nargs, the keys of the data / federation /
 fabric groups, the base class `--method` takes, and each method class's init arguments as jsonargparse
 resolves them (`**kwargs` followed into a parent's `__init__`, as for FedUKMeans). fedclust/precheck/
@@ -318,12 +318,13 @@ def generate() -> dict:
 
     import fedclust.methods
     from fedclust import parsers
+    from fedclust.commands import parser as command_parser
 
     commands, sources = {}, {_source(parsers), _source(fedclust.methods)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in COMMANDS:
-            parser = parsers.PARSERS[name]()
+            parser = command_parser(name)
             options, positional = {}, None
             for action in parser._actions:
                 if not action.option_strings:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from jsonargparse import ArgumentParser
 from rich.console import Console
 from rich.table import Table
 
@@ -17,9 +18,11 @@ from fedclust.data.checks import check_data_name
 from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import DATASETS, load_dataset
 from fedclust.errors import ConfigError
+from fedclust.fit import load_run
+from fedclust.parsers import command_parser
 from fedclust.probes import ProbeData, knn_accuracy, linear_probe, probe_data
 from fedclust.run_checks import check_evaluate_settings, check_ks
-from fedclust.run_folder import check_writable, load_run, write_assignments, write_output
+from fedclust.run_folder import check_writable, write_assignments, write_output
 
 
 def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", data_name: str | None = None,
@@ -86,6 +89,17 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
     if probes is not None:
         probe_run(folder, probes, data_cfg.name, seed, knn or [], linear, rounds=state["done"])
     return metrics
+
+
+def evaluate_parser() -> ArgumentParser:
+    """`fedclust evaluate`'s parser: evaluate's typed arguments, --knn as a list of k values."""
+    parser = command_parser(evaluate)
+    parser.add_function_arguments(evaluate, fail_untyped=True, skip={"knn"})
+    # added by hand so that k values are listed the argparse way (--knn 3 5 7), not as a JSON list
+    parser.add_argument("--knn", type=int, nargs="+", default=None, metavar="K",
+                        help="Also report majority-vote kNN test accuracy on the representations for each k "
+                             "(CCFC Table 3: 3 5 7 9 100 1000 7000); saved in RUN/evaluate_probes.json.")
+    return parser
 
 
 def score_clients(folder: Path, clusters: torch.Tensor, data: FederatedData) -> dict:

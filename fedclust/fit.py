@@ -1,4 +1,5 @@
-"""`fedclust fit`: build Fabric, data, method and federation from typed arguments, run, write the run folder.
+"""`fedclust fit`: build Fabric, data, method and federation from typed arguments, run, write the run folder;
+its parser (typed from fit's signature), and a run folder brought back from what it saved (`load_run`).
 
 Run folder: config.yaml (resolved), partition.txt / partition.csv (per-client class counts), metrics.csv,
 checkpoints/last.ckpt, assignments.csv (index, client, label, cluster) and final.json.
@@ -13,10 +14,11 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 import yaml
+from jsonargparse import ActionConfigFile, ArgumentParser
 from lightning.fabric import Fabric
 from rich.console import Console
 
@@ -30,6 +32,8 @@ from fedclust.callbacks.progress import ProgressCallback
 from fedclust.clustering.kmeans import backend_in_use as kmeans_backend_in_use
 from fedclust.clustering.kmeans import set_backend as set_kmeans_backend
 from fedclust.contract import FederatedMethod
+from fedclust.data import derived
+from fedclust.data.client_data import FederatedData
 from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
 from fedclust.federation.config import FederationConfig
@@ -37,12 +41,14 @@ from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
 from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
+from fedclust.parsers import command_parser, read_config
 from fedclust.resume import arithmetic_line, check_resume_overrides, started_arithmetic
 from fedclust.run_checks import (
     check_cuda_request,
     check_device_count,
     check_embedding_points,
     check_run_location,
+    check_saved_run,
     is_leader,
 )
 from fedclust.run_folder import CHECKPOINT
@@ -223,3 +229,44 @@ def run_log(path: Path) -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         handler.close()
+
+
+def fit_parser() -> ArgumentParser:
+    """`fedclust fit`'s parser: a `--config` file, then fit's typed arguments (config_text is the command line's)."""
+    import fedclust.methods  # noqa: F401  (registers the method classes so configs can name them briefly)
+
+    parser = command_parser(fit)
+    parser.add_argument("--config", action=ActionConfigFile,
+                        help="A YAML config: a packaged config's name (`fedclust configs` lists them) or a path.")
+    parser.add_function_arguments(fit, skip={"config_text"}, fail_untyped=True)
+    return parser
+
+
+# ---------------------------------------------------------------- a run folder brought back
+
+
+class SavedRun(NamedTuple):
+    """A run folder brought back: its method with the saved global state, and what it ran on."""
+
+    method: FederatedMethod
+    data_cfg: DataConfig
+    seed: int
+    state: dict  # the checkpoint: model, server, clients, done, history
+    data: FederatedData  # the run's data and client partition
+
+
+def load_run(folder: Path, device: torch.device) -> SavedRun:
+    """The saved global model of a run folder, with the data and partition it ran on: its config.yaml read with
+    fit's parser, the pieces built as fit builds them, the checkpoint read with the safe loader."""
+    check_saved_run(folder)  # also in fedclust.precheck
+    state = load_checkpoint(Path(folder) / CHECKPOINT)  # untrusted: judged as soon as it is read, before any work
+    cfg = read_config(fit_parser(), Path(folder) / "config.yaml")
+    method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
+    data = build_federated_data(data_cfg, device, seed)
+    setup_method(method, data, seed)
+    method.load_state_dict(state["model"])
+    method.load_server_state(state["server"])
+    return SavedRun(method, data_cfg, seed, state, data)
+
+
+derived.use_run_loader(load_run)  # the representations data set reads saved runs through the run level

@@ -1,4 +1,4 @@
-"""Run folders: claimed atomically and locked while their run is alive, written and read back in one place.
+"""Run folders: claimed atomically and locked while their run is alive, and the files written into them.
 
 - A new folder is created with an exclusive mkdir; an automatic name that is taken (two runs started in
   the same second) gets a numeric suffix, an explicit `run_dir` that holds files is refused.
@@ -8,6 +8,9 @@
 - If the run fails before it has written anything (a bad config found while building the data or the
   method), the folder it created is removed again, and so are the parents it created (an empty runs/):
   a rejected config leaves nothing behind.
+
+It knows no parser and no command: a run is brought back from its folder by fedclust.fit.load_run, which reads
+config.yaml with fit's parser.
 """
 
 from __future__ import annotations
@@ -17,18 +20,11 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
-from fedclust.callbacks.checkpoint import load_checkpoint
-from fedclust.contract import FederatedMethod
-from fedclust.data import derived
-from fedclust.data.client_data import FederatedData
-from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.errors import ConfigError
-from fedclust.federation.setup import setup_method
-from fedclust.run_checks import CHECKPOINT, LOCK, check_new_run_dir, check_resume_folder, check_saved_run
+from fedclust.run_checks import CHECKPOINT, LOCK, check_new_run_dir, check_resume_folder  # noqa: F401  (CHECKPOINT: read from here too)
 
 
 class RunFolder:
@@ -145,35 +141,6 @@ def _mkdir(folder: Path, exist_ok: bool, field: str) -> bool:
 
 
 # ---------------------------------------------------------------- what a run folder holds
-
-
-class SavedRun(NamedTuple):
-    """A run folder brought back: its method with the saved global state, and what it ran on."""
-
-    method: FederatedMethod
-    data_cfg: DataConfig
-    seed: int
-    state: dict  # the checkpoint: model, server, clients, done, history
-    data: FederatedData  # the run's data and client partition
-
-
-def load_run(folder: Path, device: torch.device) -> SavedRun:
-    """The saved global model of a run folder, with the data and partition it ran on (the checkpoint is read
-    with the safe loader)."""
-    from fedclust.parsers import load_run_config  # built on demand: it imports every method
-
-    check_saved_run(folder)
-    state = load_checkpoint(Path(folder) / CHECKPOINT)  # untrusted: judged as soon as it is read, before any work
-    cfg = load_run_config(Path(folder) / "config.yaml")
-    method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
-    data = build_federated_data(data_cfg, device, seed)
-    setup_method(method, data, seed)
-    method.load_state_dict(state["model"])
-    method.load_server_state(state["server"])
-    return SavedRun(method, data_cfg, seed, state, data)
-
-
-derived.use_run_loader(load_run)  # the representations data set reads saved runs through the run level
 
 
 def write_counts_csv(path: Path, counts: torch.Tensor) -> None:

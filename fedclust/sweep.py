@@ -34,10 +34,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
+from jsonargparse import ArgumentParser
 from rich.console import Console
 from rich.table import Table
 
 from fedclust.errors import ConfigError
+from fedclust.fit import fit_parser
+from fedclust.parsers import command_parser
 from fedclust.run_folder import CHECKPOINT
 
 
@@ -92,8 +95,6 @@ def _value_name(value: object) -> str:
 
 def check(point: Point) -> None:
     """Parse the point's config + overrides now, so a typo stops the sweep before anything runs."""
-    from fedclust.parsers import fit_parser
-
     if not Path(point.config).is_file():
         raise ConfigError("config", point.config, "a config file that exists")
     parser = fit_parser()
@@ -161,6 +162,18 @@ def sweep(config: str, grid: list[str] | None = None, sweep_dir: str | None = No
     ledger.write()
     _summary(console, points)
     return [asdict(p) for p in points]
+
+
+def sweep_parser() -> ArgumentParser:
+    """`fedclust sweep`'s parser: sweep's typed arguments, --grid and --devices the shell's way."""
+    parser = command_parser(sweep)
+    parser.add_function_arguments(sweep, fail_untyped=True, skip={"grid", "devices"})
+    # added by hand for the shell's way of repeating a flag (--grid a=1,2 --grid b=3) and listing ids
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="An axis of the grid; repeat for more axes (config=a.yaml,b.yaml sweeps configs).")
+    parser.add_argument("--devices", type=int, nargs="+", default=None, metavar="GPU",
+                        help="GPU ids, one run per GPU at a time (default: --slots CPU runs).")
+    return parser
 
 
 def _slot_envs(slots: int, devices: list[int] | None) -> list[dict[str, str]]:

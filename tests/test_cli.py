@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from fedclust.__main__ import main
-from fedclust.parsers import fit_parser
+from fedclust.fit import fit_parser
 from tests.helpers.tiny import CLI_TINY as TINY
 
 CONFIGS = sorted(Path(__file__).parents[1].glob("configs/*.yaml"))
@@ -92,15 +92,6 @@ def test_each_run_log_gets_only_its_own_run_and_no_handler_is_left_behind(run_fi
     assert logging.getLogger("fedclust").handlers == before
     assert "marker for 8" not in (tmp_path / "a" / "run.log").read_text()
     assert "marker for 8" in (tmp_path / "b" / "run.log").read_text()
-
-
-def test_fit_keys_known_without_torch_match_fit_signature():
-    import inspect
-
-    from fedclust.config_files import FIT_KEYS
-    from fedclust.fit import fit
-
-    assert set(FIT_KEYS) == set(inspect.signature(fit).parameters) - {"config_text"}
 
 
 def test_version_help_and_configs_answer_without_importing_torch():

@@ -121,17 +121,17 @@ def _real_refuses(argv: list[str]) -> bool:
     """Whether the real parser (plus the subcommand's own first checks on the run folders and the grid) refuses."""
     from jsonargparse import ArgumentError
 
-    from fedclust import parsers
+    from fedclust import commands, parsers
     from fedclust.errors import FedclustError
 
     command = argv[0]
     try:
         args = expand_config_args(argv)[1:]
-        cfg = parsers.parse(command, parsers.PARSERS[command](), args)
+        cfg = parsers.parse(commands.parser(command), args)
         if command == "evaluate":
             import torch
 
-            from fedclust.run_folder import load_run
+            from fedclust.fit import load_run
 
             load_run(Path(cfg.run), torch.device("cpu"))
         elif command == "compare":
@@ -141,9 +141,10 @@ def _real_refuses(argv: list[str]) -> bool:
             if Path(cfg.output).is_dir():
                 return True
         elif command == "sweep":
+            from fedclust.fit import fit_parser
             from fedclust.sweep import expand, parse_grid
 
-            fit = parsers.fit_parser()
+            fit = fit_parser()
             for point in expand(cfg.config, parse_grid(cfg.grid)):  # sweep.check, with one parser
                 if not Path(point.config).is_file():
                     return True
@@ -211,10 +212,10 @@ def test_valid_commands_pass_the_precheck_and_the_real_parser(files, fresh_proce
         monkeypatch.chdir(Path(packaged_configs()["quickstart"]).parent)
     assert precheck.judge(argv[0], expand_config_args(argv)[1:]) == verdict
     if argv[0] in ("fit", "evaluate", "sweep", "compare") and "--help" not in argv:
-        from fedclust import parsers
+        from fedclust import commands, parsers
 
         try:
-            parsers.parse(argv[0], parsers.PARSERS[argv[0]](), expand_config_args(argv)[1:])
+            parsers.parse(commands.parser(argv[0]), expand_config_args(argv)[1:])
         except SystemExit as stop:  # --print_config prints and exits 0
             assert stop.code in (0, None)
 
@@ -222,7 +223,7 @@ def test_valid_commands_pass_the_precheck_and_the_real_parser(files, fresh_proce
 def test_every_packaged_config_and_its_resolved_dump_pass(tmp_path, fresh_process, monkeypatch):
     """The packaged configs, and what a run folder's config.yaml holds (`fit --resume` reads it back), with
     every known data set where the precheck looks for it (their sizes are the official ones)."""
-    from fedclust.parsers import fit_parser
+    from fedclust.fit import fit_parser
 
     monkeypatch.setenv("FEDCLUST_DATA_ROOT", str(write_known_data(tmp_path / "data")))
     monkeypatch.chdir(tmp_path)  # the configs that name a root name ./data

@@ -142,13 +142,13 @@ def test_edge_values_pass_the_precheck_and_the_run(fresh_process, argv):
     from fedclust import parsers
     from fedclust.data.config import build_federated_data
     from fedclust.federation.setup import check_hparams
-    from fedclust.fit import check_devices
+    from fedclust.fit import check_devices, fit_parser
     from fedclust.run_checks import check_embedding_points
 
     args = expand_config_args(argv)[1:]
     assert precheck.judge("fit", args) == "passed"
-    parser = parsers.fit_parser()
-    init, _ = parsers.resolved_fit_config(parser, parsers.parse("fit", parser, args))
+    parser = fit_parser()
+    init, _ = parsers.resolved_config(parser, parsers.parse(parser, args))
     init["federation"].validate()  # fit()'s checks, in its order, up to its data
     check_devices(init["fabric"])
     check_hparams(init["method"])

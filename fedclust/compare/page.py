@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 import plotly.io as pio
+from jsonargparse import ArgumentParser
 
 from fedclust.compare import figures
 from fedclust.compare.runs import METRICS, RunRecord, load_runs
 from fedclust.errors import ConfigError
+from fedclust.parsers import command_parser
 from fedclust.run_folder import write_output
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}
@@ -46,6 +48,16 @@ def compare(runs: list[str], output: str = "compare.html", title: str = "fedclus
     write_output(out, _page(title, "\n".join(sections)), "output")
     print(f"wrote {out} ({len(records)} runs)")
     return str(out)
+
+
+def compare_parser() -> ArgumentParser:
+    """`fedclust compare`'s parser: the run folders as positional arguments, then compare's other arguments."""
+    parser = command_parser(compare)
+    parser.add_function_arguments(compare, fail_untyped=True, skip={"runs"})
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP_DIR",
+                        help="Run folders written by `fedclust fit`, or folders of them (a sweep folder: every run "
+                             "in it).")
+    return parser
 
 
 def _grid(figs) -> str:

@@ -10,18 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedclust.data.datasets import Dataset, to_float
+from fedclust.data.dataset import Dataset, prepare
 from fedclust.data.info import DataInfo
-
-
-def prepare(x: Tensor, normalize: str) -> Tensor:
-    """uint8 -> float in [0, 1]; with normalize="l2" every sample is scaled to unit L2 norm (the cosine
-    geometry in which CCFC's classic baselines are reported, REFERENCE.md)."""
-    x = to_float(x)
-    if normalize == "l2":
-        norms = x.flatten(1).norm(dim=1).clamp_min(1e-12)
-        x = x / norms.view(-1, *([1] * (x.dim() - 1)))
-    return x
 
 
 class FederatedData:

@@ -1,7 +1,6 @@
-"""The data set registry: every data set loads into one in-memory :class:`Dataset`.
-
-Images stay uint8 (N, C, H, W) in 0..255 so that CIFAR-sized sets fit on the device as one tensor;
-:func:`to_float` turns a batch into float32 in [0, 1]. Vector data are float32 (N, d).
+"""The data set registry: every data set loads into one in-memory :class:`~fedclust.data.dataset.Dataset`
+(images uint8, vectors float32; see dataset.py). The sets built from other sets (rotated, representations) are
+derived.py's: this registry hands them its own loader, so that module imports no registry.
 
 Where files live: ``root`` if given, else the environment variable ``FEDCLUST_DATA_ROOT``, else
 ``./data``. IDX sets are read from ``root`` itself or ``root/<MNIST|FashionMNIST>/raw``; without an
@@ -12,7 +11,7 @@ Fashion-MNIST also from ``/usr/share/datasets/fashion-mnist`` (Debian ``dataset-
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -21,36 +20,11 @@ from torch import Tensor
 from fedclust.data import catalog, derived, image_files
 from fedclust.data.catalog import DEBIAN_FASHION_MNIST  # noqa: F401  (where tests and users look for it)
 from fedclust.data.checks import check_data_name, check_data_options, loader_options
+from fedclust.data.dataset import Dataset
 from fedclust.errors import ConfigError
 from fedclust.seeding import generator
 
 SPLITS = ("all", "train", "test")
-
-
-@dataclass
-class Dataset:
-    """A whole data set in memory; ``split`` marks each sample 0 = official train part, 1 = test part."""
-
-    name: str
-    x: Tensor  # uint8 (N, C, H, W) for images, float32 (N, d) for vectors
-    y: Tensor  # int64 (N,)
-    num_classes: int
-    is_image: bool
-    split: Tensor  # int8 (N,)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-
-def to_float(x: Tensor) -> Tensor:
-    """uint8 images -> float32 in [0, 1]; float tensors are returned unchanged."""
-    if x.dtype == torch.uint8:
-        return x.float().div_(255.0)
-    if x.is_floating_point():
-        return x
-    raise TypeError(f"to_float expects uint8 or floating tensors, got {x.dtype}")
-
-
 _base = catalog.data_base  # root, else $FEDCLUST_DATA_ROOT, else ./data (the precheck looks there too)
 
 
@@ -237,8 +211,6 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "imagenet10": _imagenet10,
     "gaussian": _gaussian,
     "subspace": _subspace,
-    "rotated": derived.rotated,
-    "representations": derived.representations,
 }
 
 
@@ -254,3 +226,8 @@ def load_dataset(name: str, root: str | None = None, split: str = "all", **optio
     loader = DATASETS[name]
     check_data_options(name, options, loader_options(loader))
     return loader(str(root) if root is not None else None, split, **options)
+
+
+# Sets built from other sets of this registry: they get its loader from here (derived.py imports no registry).
+DATASETS["rotated"] = partial(derived.rotated, load_dataset)
+DATASETS["representations"] = partial(derived.representations, load_dataset)

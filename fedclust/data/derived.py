@@ -1,24 +1,26 @@
 """Data sets built from other data sets: UIFCA's rotated images and its "representations" setting.
 
-Registered in fedclust.data.datasets.DATASETS as ``rotated`` and ``representations``.
+Registered in fedclust.data.datasets.DATASETS as ``rotated`` and ``representations``; the registry hands each
+loader its own `load` (load_dataset) as the first argument, so this module needs no registry and no federated
+view of the data: it stands below both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
+from fedclust.data.dataset import Dataset, prepare
 from fedclust.errors import ConfigError
-
-if TYPE_CHECKING:  # datasets.py imports this module to register the loaders
-    from fedclust.data.datasets import Dataset
 
 ROTATIONS = (0, 90, 180, 270)
 
+Load = Callable[..., Dataset]  # load_dataset(name, root, split, **options)
 
-def rotated(root: str | None, split: str, source: str = "mnist", label: int = 2) -> Dataset:
+
+def rotated(load: Load, root: str | None, split: str, source: str = "mnist", label: int = 2) -> Dataset:
     """UIFCA's "cluster by rotation": every image of one class of a square image set, at 0, 90, 180 and
     270 degrees; the rotation is the cluster label (4 clusters, about 4 x 6,000 = 24,000 images for an
     MNIST digit plus its test images with split "all").
@@ -27,11 +29,9 @@ def rotated(root: str | None, split: str, source: str = "mnist", label: int = 2)
         source: The image set to rotate (mnist as the paper; fmnist or digits offline).
         label: The class kept (the paper reports digits 2, 3, 4 and 5, which no rotation maps onto another).
     """
-    from fedclust.data.datasets import Dataset, load_dataset
-
     if source in ("rotated", "representations"):
         raise ConfigError("data.options.source", source, "an image data set such as mnist, fmnist or digits")
-    base = load_dataset(source, root, split)
+    base = load(source, root, split)
     if not base.is_image or base.x.shape[-1] != base.x.shape[-2]:
         raise ConfigError("data.options.source", source, "a data set of square images")
     if not 0 <= label < base.num_classes:
@@ -44,8 +44,8 @@ def rotated(root: str | None, split: str, source: str = "mnist", label: int = 2)
     return Dataset(f"rotated-{source}-{label}", xs.contiguous(), y, len(ROTATIONS), True, marks.repeat(len(ROTATIONS)))
 
 
-# Reading a saved run needs the run level (its config parser, every method); the data layer cannot import
-# upward, so fedclust.run_folder hands its loader down here when it is imported (fit and evaluate import it).
+# Reading a saved run needs the run level (fit's config parser, every method); the data layer cannot import
+# upward, so fedclust.fit hands its load_run down here when it is imported (evaluate imports it too).
 _run_loader = None
 
 
@@ -54,7 +54,7 @@ def use_run_loader(loader) -> None:
     _run_loader = loader
 
 
-def representations(root: str | None, split: str, run: str = "", normalize: bool = False) -> Dataset:
+def representations(load: Load, root: str | None, split: str, run: str = "", normalize: bool = False) -> Dataset:
     """UIFCA's third setting, "clustering representations": the embeddings a saved fedclust run's global
     model gives every sample of that run's data set (the paper embeds MNIST with a pre-trained RotNet;
     here any run whose method has an `embed`, e.g. a CCFC run, is the pre-trained network).
@@ -63,22 +63,18 @@ def representations(root: str | None, split: str, run: str = "", normalize: bool
         run: The run folder (holds config.yaml and checkpoints/last.ckpt).
         normalize: L2-normalise each representation.
     """
-    from fedclust.data.datasets import Dataset, load_dataset
-
     if not run:
         raise ConfigError("data.options.run", run, "the folder of a finished fedclust run")
     if _run_loader is None:
         raise ConfigError("data.name", "representations", "a data set built through `fedclust fit` or `evaluate` "
                           "(they load the saved run)")
     method, data_cfg = _run_loader(Path(run), torch.device("cpu"))[:2]
-    base = load_dataset(data_cfg.name, root or data_cfg.root, split, **data_cfg.options)
-    from fedclust.data.client_data import FederatedData
-
-    data = FederatedData(base, [torch.arange(len(base.y))], torch.device("cpu"), normalize=data_cfg.normalize,
-                         eval_batch_size=data_cfg.eval_batch_size)
+    base = load(data_cfg.name, root or data_cfg.root, split, **data_cfg.options)
+    step = data_cfg.eval_batch_size  # batches prepared as the run fed its model (FederatedData.iter_all)
     method.eval()
     with torch.no_grad():
-        z = torch.cat([method.embed(x) for x in data.iter_all()]).float()
+        z = torch.cat([method.embed(prepare(base.x[start:start + step], data_cfg.normalize))
+                       for start in range(0, len(base), step)]).float()
     if normalize:
         z = torch.nn.functional.normalize(z, dim=1)
     return Dataset(f"representations-{Path(run).name}", z, base.y.clone(), base.num_classes, False, base.split.clone())

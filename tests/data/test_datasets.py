@@ -15,7 +15,8 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 from fedclust.data import image_files
-from fedclust.data.datasets import DEBIAN_FASHION_MNIST, load_dataset, to_float
+from fedclust.data.dataset import to_float
+from fedclust.data.datasets import DEBIAN_FASHION_MNIST, load_dataset
 from fedclust.errors import ConfigError, DataNotFoundError
 from tests.helpers.tiny import write_idx
 
