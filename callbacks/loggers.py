@@ -8,7 +8,6 @@ runs offline (`wandb sync` uploads later) and says so, instead of blocking or fa
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import netrc
 import os
@@ -16,18 +15,12 @@ import socket
 from pathlib import Path
 
 from fedclust.errors import ConfigError
+from fedclust.run_checks import require_logger  # torch-free: the command line's first pass calls it too
 
 from .base import Callback
 
 log = logging.getLogger("fedclust")
 WANDB_HOST = "api.wandb.ai"
-
-
-def require_logger(kind: str) -> None:
-    """One sentence if the optional package behind `kind` is not installed."""
-    module = {"wandb": "wandb", "tensorboard": "tensorboard"}.get(kind)
-    if module and importlib.util.find_spec(module) is None:
-        raise ConfigError("logger", kind, f"csv, or install the optional extra first: pip install 'fedclust[{kind}]'")
 
 
 def build_logger(kind: str, run_dir: Path, project: str, group: str | None, name: str | None, config: dict):

@@ -30,7 +30,7 @@ SUBCOMMANDS = {
     "fit": "Run one federated clustering experiment.",
     "evaluate": "Re-score a saved run (other splits, kNN and linear probes, per-client scores).",
     "sweep": "Run a grid of configs over CPU slots or GPUs.",
-    "compare": "One self-contained HTML page comparing run folders.",
+    "compare": "One self-contained HTML page comparing run folders (or sweep folders of them).",
     "configs": "List the packaged configs with their descriptions.",
 }
 

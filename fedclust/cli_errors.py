@@ -3,6 +3,7 @@ nearest valid names for a typo (the CLI prints no usage block and no traceback).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import re
@@ -26,6 +27,12 @@ def one_sentence(message: str, parser=None) -> str:
     if unknown and parser is not None:
         key = unknown.group(1).split("=", 1)[0]
         return f"{key} is not an option (closest: {nearest(key, _options(parser))}; --help lists them all)."
+    in_config = re.fullmatch(r"Option '([\w.]+)' is not accepted", text)  # a config file's key
+    if in_config and parser is not None:
+        key = in_config.group(1)
+        close = difflib.get_close_matches(key, [o[2:] for o in _options(parser)], n=3, cutoff=0.6)
+        hint = f"closest: {', '.join(close)}; " if close else ""
+        return f"{key} is not a setting ({hint}--help lists them all)."
     path = (re.search(r'Parser key "method".*?dot import path string: \'?([\w.]+)\'?', text)
             or re.search(r"Parser key \"method\".*?class_path '([\w.]+)': *(?:No module named|module '[\w.]+' has no "
                          r"attribute|.*not a subclass)", text))

@@ -22,7 +22,11 @@ syntax could. The price is a file to refresh, which is guarded twice:
 
 Value options keep their default (when it is plain JSON) and each method class the init arguments that
 check_hparams sees (`checked`), so the precheck can run the value checks that need no data (ranges of data.p,
-federation.fraction, learning rates, ...: fedclust/precheck/ranges.py) on the values a run would get.
+federation.fraction, learning rates, ...: fedclust/precheck/ranges.py) on the values a run would get. Each class
+also keeps its init defaults (`defaults`, plain JSON ones) and which init arguments its `local_clusters()` and
+its `num_clusters` attribute return (`local_clusters`, `num_clusters`: read off an instance, see `_returned`),
+and the schema lists the registered data sets with the data.options each takes (`datasets`), so the precheck
+judges data.name, data.options and k against a known data set's sizes (fedclust/precheck/facts.py).
 
 Type hints are stored as small JSON specs: "int", "float", "bool", "str", "none", "any", {"literal": [...]},
 {"union": [...]}, {"list": spec}, {"tuple": [spec, ...]}, {"tuple_of": spec}, {"dict": [key, value]}. A hint
@@ -76,7 +80,8 @@ def fingerprint(sources: list[str]) -> str | None:
 def skeleton(source: str) -> str:
     """The parts of a module that can change what a parser accepts: imports, module and class level
     statements, class definitions and function signatures; `__init__` keeps its body (jsonargparse follows
-    `super().__init__(**kwargs)` there). Docstrings and other function bodies are dropped."""
+    `super().__init__(**kwargs)` there), and so does `local_clusters` (the schema records what it returns).
+    Docstrings and other function bodies are dropped."""
 
     class Strip(ast.NodeTransformer):
         def _body(self, node):
@@ -97,7 +102,8 @@ def skeleton(source: str) -> str:
             return node
 
         def visit_FunctionDef(self, node):
-            node.body = (self._body(node) or [ast.Pass()]) if node.name == "__init__" else [ast.Pass()]
+            kept = node.name in ("__init__", "local_clusters")
+            node.body = (self._body(node) or [ast.Pass()]) if kept else [ast.Pass()]
             self.generic_visit(node)
             return node
 
@@ -227,6 +233,58 @@ def _class_params(cls) -> dict:
     return dict(sorted(params.items()))
 
 
+def _class_defaults(cls) -> dict:
+    """The init arguments' defaults that are plain JSON (what the run gets when a config leaves them out)."""
+    import inspect
+
+    out = {}
+    for klass in cls.__mro__:  # `**kwargs` followed into a parent's __init__, as jsonargparse does
+        if "__init__" not in vars(klass):
+            continue
+        for name, param in inspect.signature(klass.__init__).parameters.items():
+            if name in out or param.default is inspect.Parameter.empty:
+                continue
+            try:
+                if json.loads(json.dumps(param.default)) == param.default:
+                    out[name] = param.default
+            except (TypeError, ValueError):
+                continue
+    return dict(sorted(out.items()))
+
+
+def _returned(cls, params: dict, read) -> list[str] | None:
+    """Which init arguments `read(instance)` returns, first one not None first: k-FED's local_clusters() is
+    `k_local or num_clusters` -> ["k_local", "num_clusters"]; [] when it returns None whatever they hold; None
+    when it returns anything else (a computed value: the precheck then leaves that check to the run).
+
+    Read off instances: every integer argument gets its own sentinel value; the argument whose sentinel comes
+    back is next in the chain; it is set to None and the instance built again, until None comes back."""
+    import warnings
+
+    def takes(spec, kind: str) -> bool:
+        return spec == kind or (isinstance(spec, dict) and kind in spec.get("union", []))
+
+    ints = [p for p, spec in params.items() if takes(spec, "int")]
+    sentinels = {p: 100_003 + 2 * i for i, p in enumerate(ints)}  # distinct odd numbers no default is
+    chain: list[str] = []
+    while True:
+        kwargs = {p: None if p in chain else v for p, v in sentinels.items()}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                value = read(cls(**kwargs))
+        except Exception:  # noqa: BLE001  (a class that cannot be built so: nothing is judged)
+            return None
+        if value is None:
+            return chain
+        name = next((p for p, v in sentinels.items() if v == value and p not in chain), None)
+        if name is None:
+            return None
+        chain.append(name)
+        if not takes(params[name], "none"):
+            return chain  # it cannot be None: the chain ends with it
+
+
 def _checked(cls, params: dict) -> list[str]:
     """The init arguments that fedclust.federation.setup.check_hparams sees in `method.hparams` (those the
     class saves with save_hyperparameters), found on an instance built with the defaults; [] when it cannot be
@@ -290,18 +348,26 @@ def generate() -> dict:
         names.setdefault(cls.__name__, []).append(f"{cls.__module__}.{cls.__qualname__}")
         params = _class_params(cls)
         classes[cls.__name__] = {"path": f"{cls.__module__}.{cls.__qualname__}", "params": params,
-                                 "checked": _checked(cls, params)}
+                                 "checked": _checked(cls, params), "defaults": _class_defaults(cls),
+                                 "local_clusters": _returned(cls, params, lambda m: m.local_clusters()),
+                                 "num_clusters": _returned(cls, params, lambda m: m.num_clusters)}
         sources |= {_source(c) for c in cls.__mro__}
     clashes = {n: paths for n, paths in names.items() if len(paths) > 1}
     for name in clashes:  # two classes of one name: the precheck cannot tell which a config means
-        classes[name] = {"path": None, "params": None, "checked": []}
+        classes[name] = {"path": None, "params": None, "checked": [], "defaults": {}, "local_clusters": None,
+                         "num_clusters": None}
+    from fedclust.data import datasets
+    from fedclust.data.checks import loader_options
+
+    data_sets = {name: loader_options(loader) for name, loader in datasets.DATASETS.items()}
+    sources |= {_source(datasets), *(_source(loader) for loader in datasets.DATASETS.values())}
     sources.discard(None)
     packages = {rel.rsplit("/", 1)[0] + "/__init__.py" for rel in sources if "/" in rel}
     sources |= {rel for rel in packages if (PACKAGE_DIR / rel).is_file()}
     sources = sorted(sources)
     return {"comment": f"Generated by `{REFRESH}` from the real parsers; do not edit by hand.",
             "fingerprint": fingerprint(sources), "sources": sources, "commands": commands,
-            "method": {"base": base.__name__, "classes": dict(sorted(classes.items()))}}
+            "datasets": data_sets, "method": {"base": base.__name__, "classes": dict(sorted(classes.items()))}}
 
 
 def dumps(schema: dict) -> str:
@@ -322,6 +388,7 @@ def dumps(schema: dict) -> str:
             f' "fingerprint": {one(schema["fingerprint"])},\n'
             f' "sources": {one(schema["sources"])},\n'
             f' "commands": {{\n{commands}}},\n'
+            f' "datasets": {one(schema["datasets"])},\n'
             f' "method": {{"base": {one(method["base"])},\n  "classes": {block(method["classes"], "   ")}}}\n'
             "}\n")
 

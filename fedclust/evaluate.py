@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fedclust.clustering.metrics import LABEL_METRICS, cluster_metrics, grouped_cluster_metrics, label_free_metrics
+from fedclust.data.checks import check_data_name
 from fedclust.data.client_data import FederatedData
-from fedclust.data.datasets import load_dataset
+from fedclust.data.datasets import DATASETS, load_dataset
 from fedclust.errors import ConfigError
 from fedclust.fit import load_run
 from fedclust.parsers import command_parser
@@ -48,6 +49,8 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
             clients; written to RUN/evaluate_per_client.json. Needs split "same" (the run's own clients).
     """
     check_evaluate_settings(split, data_name, per_client, knn)  # before loading anything (also in fedclust.precheck)
+    if data_name is not None:
+        check_data_name(data_name, DATASETS)  # before the run is loaded (also in fedclust.precheck)
     folder = Path(run)
     if output:
         check_writable(Path(output), "output")  # before any work

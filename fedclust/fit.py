@@ -37,7 +37,6 @@ from fedclust.data import derived
 from fedclust.data.client_data import FederatedData
 from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
-from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.distributed import check_launcher, quiet_start_up, rank_zero_before_launch
 from fedclust.federation.orchestrator import Orchestrator
@@ -46,7 +45,13 @@ from fedclust.nn.backbones import use_channels_last
 from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
 from fedclust.parsers import command_parser, read_config
 from fedclust.resume import arithmetic_line, check_resume_overrides, started_arithmetic
-from fedclust.run_checks import check_device_count, check_embedding_points
+from fedclust.run_checks import (
+    check_cuda_request,
+    check_device_count,
+    check_embedding_points,
+    check_run_location,
+    check_saved_run,
+)
 from fedclust.run_folder import CHECKPOINT
 
 RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
@@ -126,8 +131,9 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     leader = rank_zero_before_launch()
     claimed = None
     if leader:
+        check_run_location(runs_dir, run_dir, resume)  # also in fedclust.precheck; nothing is created before it
         prefix = name or f"{type(method).__name__.lower()}_{data.name}"
-        claimed = (run_folder.resume(resume, CHECKPOINT) if resume is not None
+        claimed = (run_folder.resume(resume) if resume is not None
                    else run_folder.claim(runs_dir, prefix, run_dir))
         folder = claimed.path
         os.environ[RUN_DIR_ENV] = str(folder)  # the processes Fabric launches next write nothing, but know it
@@ -136,6 +142,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     # the env var FEDCLUST_KMEANS_BACKEND or an earlier choice holds unless this run names a backend
     previous_backend = set_kmeans_backend(kmeans_backend) if kmeans_backend != "auto" else None
     try:
+        # untrusted, so judged as soon as it is read: before any data is loaded or any model is built
+        resumed_state = load_checkpoint(folder / CHECKPOINT) if resume is not None else None
         hparams = yaml.safe_load(config_text) if config_text else {}  # nested: filterable by data.p, seed, ...
         extra = build_logger(logger, folder, project, group, name, hparams) if leader else None
         kind = device_type(fabric.accelerator)
@@ -168,7 +176,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
                       f"run folder {folder}")
         console.print(table, markup=False, highlight=False)
         if resume:
-            orch.load_state_dict(load_checkpoint(folder / CHECKPOINT))
+            orch.load_state_dict(resumed_state)
             console.print(f"resumed after round {orch.progress.done}")
         elif leader:
             (folder / "config.yaml").write_text(config_text or "")
@@ -208,11 +216,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
 
 def check_devices(fabric: FabricConfig) -> None:
     """Asking for GPUs on a machine without them is one sentence, not Lightning's traceback."""
-    if fabric.accelerator in ("cuda", "gpu") and not torch.cuda.is_available():
-        raise ConfigError("fabric.accelerator", fabric.accelerator, "cpu or auto: this machine has no CUDA GPU")
-    if (fabric.accelerator in ("cuda", "gpu") and isinstance(fabric.devices, int)
-            and fabric.devices > torch.cuda.device_count()):
-        raise ConfigError("fabric.devices", fabric.devices, f"at most the {torch.cuda.device_count()} GPUs here")
+    cuda_devices = torch.cuda.device_count() if fabric.accelerator in ("cuda", "gpu") else 0
+    check_cuda_request(fabric.accelerator, fabric.devices, cuda_devices)  # also in fedclust.precheck
     check_device_count(fabric.devices)
     check_launcher(fabric.devices, fabric.num_nodes)
 
@@ -257,13 +262,12 @@ class SavedRun(NamedTuple):
 def load_run(folder: Path, device: torch.device) -> SavedRun:
     """The saved global model of a run folder, with the data and partition it ran on: its config.yaml read with
     fit's parser, the pieces built as fit builds them, the checkpoint read with the safe loader."""
-    if not (Path(folder) / CHECKPOINT).exists() or not (Path(folder) / "config.yaml").is_file():
-        raise ConfigError("run", str(folder), f"a run folder holding config.yaml and {CHECKPOINT}")
+    check_saved_run(folder)  # also in fedclust.precheck
+    state = load_checkpoint(Path(folder) / CHECKPOINT)  # untrusted: judged as soon as it is read, before any work
     cfg = read_config(fit_parser(), Path(folder) / "config.yaml")
     method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
     data = build_federated_data(data_cfg, device, seed)
     setup_method(method, data, seed)
-    state = load_checkpoint(Path(folder) / CHECKPOINT)
     method.load_state_dict(state["model"])
     method.load_server_state(state["server"])
     return SavedRun(method, data_cfg, seed, state, data)

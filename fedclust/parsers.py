@@ -15,8 +15,10 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 def command_parser(function) -> ArgumentParser:
     """An empty parser for `function`'s arguments, described by its docstring's first line."""
-    # exit_on_error=False: the CLI turns every parse error into one sentence (no usage block)
-    return ArgumentParser(description=function.__doc__.split("\n")[0], exit_on_error=False)
+    # exit_on_error=False: the CLI turns every parse error into one sentence (no usage block); prog: the usage
+    # line names the subcommand (`fedclust compare ...`), not python's __main__.py
+    return ArgumentParser(prog=f"fedclust {function.__name__}", description=function.__doc__.split("\n")[0],
+                          exit_on_error=False)
 
 
 def parse(parser: ArgumentParser, argv: list[str]) -> Namespace:

@@ -6,7 +6,8 @@
   it ends; the kernel drops the lock when the process dies, so `--resume` of a killed run works while a
   second process on a live run's folder is refused with one sentence.
 - If the run fails before it has written anything (a bad config found while building the data or the
-  method), the folder it created is removed again: a rejected config leaves nothing behind.
+  method), the folder it created is removed again, and so are the parents it created (an empty runs/):
+  a rejected config leaves nothing behind.
 
 It knows no parser and no command: a run is brought back from its folder by fedclust.fit.load_run, which reads
 config.yaml with fit's parser.
@@ -23,28 +24,26 @@ from pathlib import Path
 import torch
 
 from fedclust.errors import ConfigError
-
-LOCK = ".lock"
-CHECKPOINT = Path("checkpoints/last.ckpt")
+from fedclust.run_checks import CHECKPOINT, LOCK, check_new_run_dir, check_resume_folder  # noqa: F401  (CHECKPOINT: read from here too)
 
 
 class RunFolder:
     """A claimed run folder and its lock; `release()` lets go of the lock, `abandon()` also removes a
     folder this process created."""
 
-    def __init__(self, path: Path, created: bool):
-        self.path, self.created = path, created
+    def __init__(self, path: Path, created: bool, created_parents: tuple[Path, ...] = ()):
+        self.path, self.created, self.created_parents = path, created, created_parents  # parents: innermost first
         self._fd: int | None = None
 
-    def lock(self) -> RunFolder:
+    def lock(self, field: str = "run_dir") -> RunFolder:
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise ConfigError("run_dir", str(self.path), f"a folder no live run holds (pid {holder} is running in "
-                              "it; wait for it or choose another --run_dir)") from None
+            raise ConfigError(field, str(self.path), f"a folder no live run holds (pid {holder} is running in "
+                              f"it; wait for it or choose another --{field})") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
@@ -60,31 +59,33 @@ class RunFolder:
         self.release()
         if self.created:
             shutil.rmtree(self.path, ignore_errors=True)
+            for parent in self.created_parents:  # runs/ made for this run: removed while nothing else is in it
+                try:
+                    parent.rmdir()
+                except OSError:
+                    break
 
 
 def claim(runs_dir: str, prefix: str, run_dir: str | None) -> RunFolder:
     """A new run folder: runs_dir/<prefix>_<time>[-N] or exactly run_dir (which must be new or empty)."""
     if run_dir is not None:
         folder = Path(run_dir)
-        if folder.exists() and not folder.is_dir():
-            raise ConfigError("run_dir", str(folder), "a folder path (a file has that name)")
-        if folder.exists() and any(p.name != LOCK for p in folder.iterdir()):
-            raise ConfigError("run_dir", str(folder), "an empty or new folder (pass --resume to continue that run)")
-        created = _mkdir(folder, exist_ok=True)
-        return RunFolder(folder, created).lock()
+        check_new_run_dir(folder)
+        parents = _missing_parents(folder)
+        created = _mkdir(folder, exist_ok=True, field="run_dir")
+        return RunFolder(folder, created, parents).lock()
     base = Path(runs_dir) / f"{prefix}_{time.strftime('%Y%m%d-%H%M%S')}"
+    parents = _missing_parents(base)
     for n in range(1, 1000):
         folder = base if n == 1 else base.with_name(f"{base.name}-{n}")
-        if _mkdir(folder, exist_ok=False):
-            return RunFolder(folder, True).lock()
+        if _mkdir(folder, exist_ok=False, field="runs_dir"):
+            return RunFolder(folder, True, parents).lock()
     raise ConfigError("runs_dir", runs_dir, "a folder where new run folders can be created")
 
 
-def resume(run_dir: str, checkpoint: Path) -> RunFolder:
-    folder = Path(run_dir)
-    if not (folder / checkpoint).exists():
-        raise ConfigError("resume", run_dir, f"a run folder holding {checkpoint}")
-    return RunFolder(folder, created=False).lock()
+def resume(run_dir: str) -> RunFolder:
+    check_resume_folder(run_dir)
+    return RunFolder(Path(run_dir), created=False).lock("resume")
 
 
 def write_output(path: Path, text: str, field: str) -> None:
@@ -110,8 +111,19 @@ def check_writable(path: Path, field: str) -> None:
     Path(path).with_name(f".{Path(path).name}.probe").unlink()
 
 
-def _mkdir(folder: Path, exist_ok: bool) -> bool:
-    """Create `folder` (True), or find it already there (False; only with exist_ok)."""
+def _missing_parents(folder: Path) -> tuple[Path, ...]:
+    """The parents of `folder` that do not exist yet, innermost first (made by _mkdir, removed by abandon)."""
+    missing = []
+    for parent in Path(folder).absolute().parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    return tuple(missing)
+
+
+def _mkdir(folder: Path, exist_ok: bool, field: str) -> bool:
+    """Create `folder` (True), or find it already there (False; only with exist_ok); a failure names `field`
+    (runs_dir for a folder made inside it, run_dir for an explicit one)."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         folder.mkdir()
@@ -120,12 +132,12 @@ def _mkdir(folder: Path, exist_ok: bool) -> bool:
         if exist_ok and folder.is_dir():
             return False
         if exist_ok:
-            raise ConfigError("run_dir", str(folder), "a folder path (a file has that name)") from None
+            raise ConfigError(field, str(folder), "a folder path (a file has that name)") from None
         return False
     except PermissionError:
-        raise ConfigError("run_dir", str(folder), "a folder this user can write in") from None
+        raise ConfigError(field, str(folder), "a folder this user can write in") from None
     except OSError as error:
-        raise ConfigError("run_dir", str(folder), f"a folder that can be created ({error.strerror})") from None
+        raise ConfigError(field, str(folder), f"a folder that can be created ({error.strerror})") from None
 
 
 # ---------------------------------------------------------------- what a run folder holds

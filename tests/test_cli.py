@@ -94,15 +94,6 @@ def test_each_run_log_gets_only_its_own_run_and_no_handler_is_left_behind(run_fi
     assert "marker for 8" in (tmp_path / "b" / "run.log").read_text()
 
 
-def test_fit_keys_known_without_torch_match_fit_signature():
-    import inspect
-
-    from fedclust.config_files import FIT_KEYS
-    from fedclust.fit import fit
-
-    assert set(FIT_KEYS) == set(inspect.signature(fit).parameters) - {"config_text"}
-
-
 def test_version_help_and_configs_answer_without_importing_torch():
     """`fedclust --help`, `--version`, `configs` and config-file errors must not wait for torch (issue 10)."""
     import subprocess

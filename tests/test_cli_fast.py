@@ -17,6 +17,7 @@ import yaml
 from fedclust import cli_schema, precheck
 from fedclust.config_files import expand_config_args, packaged_configs
 from tests.helpers.cli import fill, refusals_in_a_fresh_interpreter
+from tests.helpers.known_data import write_checkpoint_stub, write_known_data
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def files(tmp_path_factory) -> Path:
     run = d / "fake_run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(quick))
-    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    write_checkpoint_stub(run / "checkpoints" / "last.ckpt")
     return d
 
 
@@ -181,14 +182,15 @@ VALID = [  # (argv, verdict): each accepted by the real parser; "aside" = left t
     (["fit", "--config", "quickstart", "--method.init_args.lam=-1e-3"], "passed"),  # lr=-1e-3: test_precheck_checks
     (["fit", "--config", "quickstart", "--progress", "yes", "--embedding_plot=false"], "passed"),
     (["fit", "--config", "quickstart", "--name", "3", "--group", "null"], "passed"),
-    (["fit", "--config", "quickstart", "--data.num_clients", "1_000", "--seed", "0x10"], "passed"),
-    (["fit", "--config", "quickstart", "--data.name", "[1,2]", "--fabric.devices", "auto"], "passed"),
+    (["fit", "--config", "quickstart", "--data.partition", "iid", "--data.num_clients", "1_000", "--seed", "0x10"],
+     "passed"),
+    (["fit", "--config", "quickstart", "--data.root", "[1,2]", "--fabric.devices", "auto"], "passed"),
     (["fit", "--config", "quickstart", "--fabric.devices", "2.5"], "passed"),  # int | str
     (["fit", "--config", "quickstart", "--fabric.precision", "auto", "--fabric.memory_format", "auto"], "passed"),
     (["fit", "--config", "quickstart", "--method.num_clusters", "null"], "passed"),
     (["fit", "--config", "quickstart", "--method.init_args.crop_scale", "[0.5, 1.0]"], "passed"),
     (["fit", "--config", "quickstart", "--method.dict_kwargs", "{}"], "passed"),
-    (["fit", "--config", "quickstart", "--data.options", "{image_size: 64}"], "passed"),
+    (["fit", "--config", "quickstart", "--data.name", "imagenet10", "--data.options", "{image_size: 64}"], "passed"),
     (["fit", "--config", "quickstart", "--data.options.image_size", "64"], "aside"),
     (["fit", "--config", "quickstart", "--config", "kfed_fmnist"], "passed"),
     (["fit", "--print_config"], "passed"),  # prints the defaults: nothing is required
@@ -218,9 +220,13 @@ def test_valid_commands_pass_the_precheck_and_the_real_parser(files, fresh_proce
             assert stop.code in (0, None)
 
 
-def test_every_packaged_config_and_its_resolved_dump_pass(tmp_path, fresh_process):
-    """The packaged configs, and what a run folder's config.yaml holds (`fit --resume` reads it back)."""
+def test_every_packaged_config_and_its_resolved_dump_pass(tmp_path, fresh_process, monkeypatch):
+    """The packaged configs, and what a run folder's config.yaml holds (`fit --resume` reads it back), with
+    every known data set where the precheck looks for it (their sizes are the official ones)."""
     from fedclust.fit import fit_parser
+
+    monkeypatch.setenv("FEDCLUST_DATA_ROOT", str(write_known_data(tmp_path / "data")))
+    monkeypatch.chdir(tmp_path)  # the configs that name a root name ./data
 
     for name, path in packaged_configs().items():
         assert precheck.judge("fit", ["--config", str(path)]) == "passed", name

@@ -18,6 +18,7 @@ import yaml
 from fedclust import cli_schema, precheck
 from fedclust.config_files import expand_config_args
 from tests.helpers.cli import HEAVY, fill, refusals_in_a_fresh_interpreter
+from tests.helpers.known_data import write_checkpoint_stub
 
 QUICK = ["fit", "--config", "quickstart"]
 
@@ -29,7 +30,7 @@ def files(tmp_path_factory) -> Path:
     run = d / "fake_run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump({"method": {"class_path": "CCFC"}}))
-    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    write_checkpoint_stub(run / "checkpoints" / "last.ckpt")
     quick = {"method": {"class_path": "CCFC", "init_args": {"backbone": "mlp"}}, "data": {"name": "digits"}}
     (d / "bad_p.yaml").write_text(yaml.safe_dump({**quick, "data": {"name": "digits", "p": 2}}))
     (d / "bad_lr.yaml").write_text(yaml.safe_dump({"method": {"class_path": "CCFC", "init_args": {"lr": 0}}}))
@@ -92,8 +93,9 @@ _fill = fill
 
 def test_the_precheck_imports_no_torch():
     """The precheck and every check module it calls, imported in a fresh interpreter."""
-    modules = ["fedclust.precheck", "fedclust.precheck.ranges", "fedclust.data.checks", "fedclust.federation.config",
-               "fedclust.federation.hparams", "fedclust.run_checks", "fedclust.cli_schema"]
+    modules = ["fedclust.precheck", "fedclust.precheck.ranges", "fedclust.precheck.facts", "fedclust.data.checks",
+               "fedclust.data.catalog", "fedclust.data.idx", "fedclust.federation.config",
+               "fedclust.federation.hparams", "fedclust.run_checks", "fedclust.cli_schema", "fedclust.config_files"]
     script = (f"import importlib, json, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
               f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -54,7 +54,9 @@ def compare_parser() -> ArgumentParser:
     """`fedclust compare`'s parser: the run folders as positional arguments, then compare's other arguments."""
     parser = command_parser(compare)
     parser.add_function_arguments(compare, fail_untyped=True, skip={"runs"})
-    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="Run folders written by `fedclust fit`.")
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP_DIR",
+                        help="Run folders written by `fedclust fit`, or folders of them (a sweep folder: every run "
+                             "in it).")
     return parser
 
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from fedclust.data.checks import check_data_settings
+from fedclust.data.checks import check_data_settings, simulated_num_clients
 from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import Dataset, load_dataset
 from fedclust.data.partition import (
@@ -23,7 +23,6 @@ from fedclust.errors import ConfigError
 
 # Bytes of device memory the samples may take before they stay on the host (DataLoader path).
 DEVICE_DATA_BUDGET = 4 * 2**30
-DEFAULT_NUM_CLIENTS = 10  # data.num_clients left unset, for the simulated partitions
 
 
 @dataclass
@@ -99,7 +98,7 @@ def split_into_clients(cfg: DataConfig, dataset: Dataset, seed: int) -> list[Ten
     if not dataset.has_labels and partitioner.needs_labels:
         raise ConfigError("data.partition", cfg.partition, f"iid or natural: {cfg.name} data without labels "
                           "cannot be split by class (set data.options.label_column if the data have labels)")
-    num_clients = DEFAULT_NUM_CLIENTS if cfg.num_clients is None else cfg.num_clients
+    num_clients = simulated_num_clients(cfg.num_clients)
     partitioner.validate(num_clients, dataset.num_classes)
     return partitioner(dataset.y, num_clients, seed)
 

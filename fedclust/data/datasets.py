@@ -10,28 +10,22 @@ Fashion-MNIST also from ``/usr/share/datasets/fashion-mnist`` (Debian ``dataset-
 
 from __future__ import annotations
 
-import inspect
-import os
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedclust.data import derived, features, folder, hf, image_files
+from fedclust.data import catalog, derived, features, folder, hf, image_files
+from fedclust.data.catalog import DEBIAN_FASHION_MNIST  # noqa: F401  (where tests and users look for it)
+from fedclust.data.checks import check_data_name, check_data_options, loader_options
 from fedclust.data.dataset import Dataset
 from fedclust.errors import ConfigError
 from fedclust.seeding import generator
 
 SPLITS = ("all", "train", "test")
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-
-
-def _base(root: str | None) -> Path:
-    # absolute, so that "not found in ..." messages say exactly where we looked
-    return Path(root or os.environ.get("FEDCLUST_DATA_ROOT") or "data").expanduser().absolute()
+_base = catalog.data_base  # root, else $FEDCLUST_DATA_ROOT, else ./data (the precheck looks there too)
 
 
 def _check_no_test(name: str, split: str) -> None:
@@ -78,34 +72,20 @@ def _digits(root: str | None, split: str) -> Dataset:
     return _assemble("digits", split, lambda p: (x[cut[p]], y[cut[p]]), 10, True)
 
 
-def _idx_set(root: str | None, split: str, name: str, title: str, tv_folder: str, hint: str) -> Dataset:
-    base = _base(root)
-    if root is not None:  # an explicit root is the only place looked at
-        folders = [base, base / tv_folder / "raw"]
-    else:  # a shared data root: only sub-folders, since MNIST and Fashion-MNIST files have the same names
-        folders = [base / tv_folder / "raw", base / name]
-        if name == "fmnist":
-            folders.append(DEBIAN_FASHION_MNIST)
-    load = lambda p: image_files.load_idx_part(folders, p, title, hint)
+def _idx_set(root: str | None, split: str, name: str) -> Dataset:
+    entry, folders = catalog.IDX_SETS[name], catalog.idx_folders(name, root)
+    load = lambda p: image_files.load_idx_part(folders, p, entry.title, entry.hint)
     return _assemble(name, split, load, 10, True)
 
 
 def _mnist(root: str | None, split: str) -> Dataset:
     """MNIST from its four IDX files (gzipped or not) in root or root/MNIST/raw (torchvision layout)."""
-    hint = (
-        "pass data.root=DIR holding the IDX files (or DIR/MNIST/raw); download them with "
-        "torchvision.datasets.MNIST(DIR, download=True) on a machine with internet"
-    )
-    return _idx_set(root, split, "mnist", "MNIST", "MNIST", hint)
+    return _idx_set(root, split, "mnist")
 
 
 def _fmnist(root: str | None, split: str) -> Dataset:
     """Fashion-MNIST from its four IDX files in root, root/FashionMNIST/raw or the Debian folder."""
-    hint = (
-        "install it with `apt-get install -y dataset-fashion-mnist` or pass data.root=DIR "
-        "holding the IDX files (or DIR/FashionMNIST/raw)"
-    )
-    return _idx_set(root, split, "fmnist", "Fashion-MNIST", "FashionMNIST", hint)
+    return _idx_set(root, split, "fmnist")
 
 
 def _cifar10(root: str | None, split: str) -> Dataset:
@@ -243,16 +223,11 @@ def load_dataset(name: str, root: str | None = None, split: str = "all", **optio
     `options` are the loader's keyword settings (image_size for imagenet10 and folder; num_clusters,
     points_per_cluster, dim, seed, ... for the synthetic sets; label_column, client_column, ... for features and hf).
     """
-    if name not in DATASETS:
-        raise ConfigError("data.name", name, "one of " + ", ".join(DATASETS))
+    check_data_name(name, DATASETS)  # also in fedclust.precheck, through cli_schema.json
     if split not in SPLITS:
         raise ConfigError("data.split", split, "one of " + ", ".join(SPLITS))
     loader = DATASETS[name]
-    accepted = list(inspect.signature(loader).parameters)[2:]
-    for key in options:
-        if key not in accepted:
-            valid = "its options are " + ", ".join(accepted) if accepted else "it takes none"
-            raise ConfigError(f"data.options.{key}", options[key], f"not an option of {name} ({valid})")
+    check_data_options(name, options, loader_options(loader))
     return loader(str(root) if root is not None else None, split, **options)
 
 

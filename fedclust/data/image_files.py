@@ -8,9 +8,7 @@ where it was looked for and how to get it.
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,14 +16,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedclust.data import catalog
+from fedclust.data.idx import read_idx  # noqa: F401  (torch-free, beside the header rules the precheck shares)
 from fedclust.errors import ConfigError, DataFileError, DataNotFoundError, FedclustError
-
-# IDX type codes (http://yann.lecun.com/exdb/mnist/): the data are big-endian
-_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-_IDX_NAMES = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-}
 
 # CIFAR-100 fine label -> the 20 standard super-classes (the `coarse_labels` of the official files)
 CIFAR100_COARSE = (
@@ -37,63 +30,15 @@ CIFAR100_COARSE = (
 )  # fmt: skip
 
 
-def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """The array stored in an IDX file, gzipped (by its magic bytes, not its name) or raw.
-
-    The file is untrusted: its header, its size (truncated or padded) and its gzip stream are checked,
-    and every problem is one sentence naming the file (DataFileError)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as error:
-            raise DataFileError(f"{path} is a damaged gzip file ({error}); download it again") from None
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES or not 1 <= data[3] <= 4:
-        raise DataFileError(f"{path} is not an IDX file (its first four bytes are not an IDX header)")
-    ndim, dtype = data[3], np.dtype(_IDX_DTYPES[data[2]])
-    if len(data) < 4 + 4 * ndim:
-        raise DataFileError(f"{path} is truncated inside its IDX header; download it again")
-    shape = tuple(int(v) for v in np.frombuffer(data, ">i4", count=ndim, offset=4))
-    expected = 4 + 4 * ndim + int(np.prod(shape)) * dtype.itemsize
-    if min(shape) < 0 or len(data) != expected:
-        raise DataFileError(f"{path} holds {len(data)} bytes where its IDX header {shape} needs {expected} "
-                            "(truncated or damaged); download it again")
-    array = np.frombuffer(data, dtype, count=int(np.prod(shape)), offset=4 + 4 * ndim)
-    return array.reshape(shape).astype(array.dtype.newbyteorder("="))
-
-
-def _idx_file(folder: Path, stem: str) -> Path | None:
-    for name in (stem, stem + ".gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
 def load_idx_part(folders: list[Path], part: str, title: str, hint: str) -> tuple[Tensor, Tensor]:
     """Images (N, 1, H, W) and labels of one part from the first folder that holds both IDX files."""
-    for folder in folders:
-        files = [_idx_file(folder, stem) for stem in _IDX_NAMES[part]]
-        if None not in files:
-            images, labels = read_idx(files[0]), read_idx(files[1])
-            if images.ndim != 3 or labels.ndim != 1:
-                raise DataFileError(f"{files[0]} and {files[1]} hold arrays shaped {images.shape} and {labels.shape}; "
-                                    "IDX images are (N, H, W) and labels (N,)")
-            if len(images) != len(labels):
-                raise DataFileError(f"{files[0]} holds {len(images)} images but {files[1]} holds {len(labels)} "
-                                    "labels: the two files are not a pair")
-            x = torch.from_numpy(images.astype(np.uint8, copy=False)).unsqueeze(1)
-            return x, torch.from_numpy(labels.astype(np.int64))
-    where = " or ".join(str(f) for f in folders)
-    raise DataNotFoundError(f"{title} not found in {where}; {hint}.")
-
-
-def _torchvision_missing(title: str, root: Path, folder: str, cls: str) -> DataNotFoundError:
-    return DataNotFoundError(
-        f"{title} not found (or corrupted) in {root / folder}; pass data.root=DIR holding {folder} "
-        f"(torchvision layout); download it with torchvision.datasets.{cls}(DIR, download=True) "
-        "on a machine with internet."
-    )
+    files = catalog.find_idx_pair(folders, part)
+    if files is None:
+        raise catalog.idx_not_found(folders, title, hint)
+    images, labels = read_idx(files[0]), read_idx(files[1])
+    catalog.check_idx_pair(files, images.shape, labels.shape)
+    x = torch.from_numpy(images.astype(np.uint8, copy=False)).unsqueeze(1)
+    return x, torch.from_numpy(labels.astype(np.int64))
 
 
 def load_cifar_part(root: Path, part: str, hundred: bool) -> tuple[Tensor, Tensor]:
@@ -105,7 +50,7 @@ def load_cifar_part(root: Path, part: str, hundred: bool) -> tuple[Tensor, Tenso
         ds = cls(str(root), train=part == "train", download=False)
     except RuntimeError as e:
         title = "CIFAR-100" if hundred else "CIFAR-10"
-        raise _torchvision_missing(title, root, cls.base_folder, cls.__name__) from e
+        raise catalog.torchvision_missing(title, root, cls.base_folder, cls.__name__) from e
     x = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))  # NHWC -> NCHW
     return x, torch.as_tensor(ds.targets, dtype=torch.int64)
 
@@ -117,7 +62,7 @@ def load_stl10_part(root: Path, part: str) -> tuple[Tensor, Tensor]:
     try:
         ds = STL10(str(root), split=part, download=False)
     except RuntimeError as e:
-        raise _torchvision_missing("STL-10", root, STL10.base_folder, "STL10") from e
+        raise catalog.torchvision_missing("STL-10", root, STL10.base_folder, "STL10") from e
     return torch.from_numpy(np.ascontiguousarray(ds.data)), torch.from_numpy(ds.labels.astype(np.int64))
 
 

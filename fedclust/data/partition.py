@@ -20,9 +20,14 @@ from fedclust.data.checks import (
     PATHOLOGICAL_MODES,
     check_alpha,
     check_classes_per_partition,
+    check_clients_fit_samples,
     check_min_partition_size,
+    check_min_partition_size_fits,
     check_num_clients,
     check_p,
+    check_pathological_classes,
+    check_pshift_clients,
+    pshift_shares,
 )
 from fedclust.errors import ConfigError
 from fedclust.seeding import numpy_rng
@@ -41,8 +46,7 @@ class Partitioner:
         y = labels.detach().cpu().numpy().astype(np.int64, copy=False)
         num_classes = int(y.max()) + 1 if len(y) else 0
         self.validate(num_partitions, num_classes)
-        if num_partitions > len(y):
-            raise ConfigError("data.num_clients", num_partitions, f"at most the number of samples ({len(y)})")
+        check_clients_fit_samples(num_partitions, len(y))
         parts = self._split(y, int(num_partitions), num_classes, numpy_rng(seed, "partition"))
         return [torch.from_numpy(np.sort(np.asarray(p, dtype=np.int64))) for p in parts]
 
@@ -100,9 +104,7 @@ class DirichletPartitioner(Partitioner):
 
     def _split(self, y, m, num_classes, rng):
         n = len(y)
-        if self.min_partition_size * m > n:
-            valid = f"at most N / num_clients = {n // m} ({n} samples, {m} clients)"
-            raise ConfigError("data.min_partition_size", self.min_partition_size, valid)
+        check_min_partition_size_fits(self.min_partition_size, n, m)
         alpha = np.broadcast_to(self.alpha, (m,))
         by_class = [np.flatnonzero(y == k) for k in np.unique(y)]
         for _ in range(self.max_tries + 1):
@@ -145,13 +147,7 @@ class PathologicalPartitioner(Partitioner):
 
     def validate(self, num_partitions, num_classes):
         super().validate(num_partitions, num_classes)
-        if self.k > num_classes:
-            valid = f"at most the number of classes ({num_classes})"
-            raise ConfigError("data.num_classes_per_partition", self.k, valid)
-        if self.mode == "disjoint" and num_partitions * self.k != num_classes:
-            valid = f"num_clients ({num_partitions}) x num_classes_per_partition = the number of classes " \
-                    f"({num_classes}) for the disjoint mode"
-            raise ConfigError("data.num_classes_per_partition", self.k, valid)
+        check_pathological_classes(self.k, self.mode, num_partitions, num_classes)
 
     def _assign(self, classes: np.ndarray, m: int, rng: np.random.Generator) -> list[list[int]]:
         c = len(classes)
@@ -214,20 +210,16 @@ class PShiftPartitioner(Partitioner):
 
     def validate(self, num_partitions, num_classes):
         super().validate(num_partitions, num_classes)
-        if num_partitions != num_classes:
-            valid = f"equal to the number of classes ({num_classes}) for the pshift partition"
-            raise ConfigError("data.num_clients", num_partitions, valid)
+        check_pshift_clients(num_partitions, num_classes)
 
     def _split(self, y, m, num_classes, rng):
         if self.p == 1:
             return [np.flatnonzero(y == label) for label in range(m)]
-        s = len(y) / m
-        take = round(s * self.p)
+        take, chunk = pshift_shares(len(y), m, self.p)  # the precheck sizes the clients from the same shares
         own = [np.flatnonzero(y == label)[:take] for label in range(m)]
         free = np.ones(len(y), dtype=bool)
         free[np.concatenate(own)] = False
         pool = rng.permutation(np.flatnonzero(free))
-        chunk = round(s * (1 - self.p))
         rest = pool[m * chunk :]
         return [np.concatenate([own[i], pool[i * chunk : (i + 1) * chunk], rest[i::m]]) for i in range(m)]
 

@@ -27,32 +27,7 @@ from torch import Tensor
 from fedclust.errors import ConfigError, FedclustError
 from fedclust.federation.aggregate import WeightedSum
 from fedclust.federation.client import to_cpu
-
-
-def launcher() -> str:
-    """Who started this process, read from the environment the way Lightning picks its cluster environment
-    (lightning.fabric.connector._choose_and_init_cluster_environment, in that order): "torchrun" (it sets
-    TORCHELASTIC_RUN_ID), "slurm" (srun sets SLURM_NTASKS; Lightning ignores Slurm in a job named bash or
-    interactive: its ``_is_srun_used``, rewritten because ``SLURMEnvironment.detect()`` also warns), or
-    "lightning" (Fabric's own launcher, or nodes started by hand with NODE_RANK). LSF and MPI are not
-    covered: there every process would take itself for rank 0."""
-    if dist.is_available() and dist.is_torchelastic_launched():
-        return "torchrun"
-    if "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
-        return "slurm"
-    return "lightning"
-
-
-def rank_zero_before_launch() -> bool:
-    """Whether this process will be global rank 0, known before Fabric exists (rank 0 alone claims the run
-    folder and builds the loggers, which Fabric's constructor takes): RANK under torchrun, SLURM_PROCID
-    under Slurm, else LOCAL_RANK and NODE_RANK (or GROUP_RANK) as Lightning's own launcher numbers them."""
-    env, which = os.environ, launcher()
-    if which == "torchrun":
-        return env.get("RANK", "0") == "0"
-    if which == "slurm":
-        return env.get("SLURM_PROCID", "0") == "0"
-    return env.get("LOCAL_RANK", "0") == "0" and env.get("NODE_RANK", env.get("GROUP_RANK", "0")) == "0"
+from fedclust.run_checks import launcher, rank_zero_before_launch  # noqa: F401  (torch-free; fit reads them here)
 
 
 def check_launcher(devices: int | str, num_nodes: int) -> None:

@@ -1,9 +1,10 @@
 """What no method can work with, whatever its maths, judged on its init arguments (name -> value): non-finite
 numbers, sizes below 1, learning rates at or below 0, mini-batches of one sample (BatchNorm cannot train on
-them).
+them); and more clusters than the data (or a client, for methods that cluster locally) has samples.
 
 Torch-free, so fedclust.precheck applies the same rules to the init arguments a command line gives before
-torch is imported; fedclust.federation.setup.check_hparams applies them to a built method's hparams.
+torch is imported (the cluster counts on a known data set's sizes, fedclust/data/catalog.py);
+fedclust.federation.setup applies them to a built method's hparams and to the loaded data.
 """
 
 from __future__ import annotations
@@ -38,3 +39,15 @@ def check_batch_size(batch_size) -> None:
     if isinstance(batch_size, int | float) and not isinstance(batch_size, bool) and batch_size < 2:
         raise ConfigError("method.init_args.batch_size", batch_size, "at least 2 (BatchNorm cannot train on "
                           "one sample)")
+
+
+def check_cluster_counts(num_clusters: int | None, local_clusters: int | None, num_classes: int, num_samples: int,
+                         min_client_size: int) -> None:
+    """k-means cannot find more clusters than it has points: `local_clusters` (the clusters each client
+    computes from its own samples, `method.local_clusters()`) against the smallest client, then the number of
+    clusters (None: the number of classes) against all samples. min_client_size 0: not known, not judged."""
+    if local_clusters is not None and min_client_size and local_clusters > min_client_size:
+        raise ConfigError("method.num_clusters", local_clusters, f"at most the {min_client_size} samples of the "
+                          "smallest client (each client clusters its own data)")
+    if (num_clusters or num_classes) > num_samples:
+        raise ConfigError("method.num_clusters", num_clusters, f"at most the {num_samples} samples")

@@ -7,7 +7,7 @@ import torch
 
 from fedclust.contract import FederatedMethod
 from fedclust.errors import ConfigError
-from fedclust.federation.hparams import check_batch_size, check_init_args
+from fedclust.federation.hparams import check_batch_size, check_cluster_counts, check_init_args
 
 
 def setup_method(method: FederatedMethod, data, seed: int) -> None:
@@ -18,12 +18,9 @@ def setup_method(method: FederatedMethod, data, seed: int) -> None:
         raise ConfigError("method.num_clusters", None, "a positive integer: the data have no labels to take the "
                           "number of clusters from")
     method.validate(info, data.num_clients)
-    local = method.local_clusters()
-    if local is not None and info.min_client_size and local > info.min_client_size:
-        raise ConfigError("method.num_clusters", local, f"at most the {info.min_client_size} samples of the smallest "
-                          "client (each client clusters its own data)")
-    if (method.num_clusters or info.num_classes) > len(data):
-        raise ConfigError("method.num_clusters", method.num_clusters, f"at most the {len(data)} samples")
+    # also in fedclust.precheck, on a known data set's sizes
+    check_cluster_counts(method.num_clusters, method.local_clusters(), info.num_classes, len(data),
+                         info.min_client_size)
     torch.manual_seed(seed)  # network initialisation: the one draw made before any client exists
     method.build(info)
     method.to(data.device)

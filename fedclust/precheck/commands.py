@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 
 from fedclust.errors import ConfigError, FedclustError
-from fedclust.precheck import ranges
+from fedclust.precheck import facts, ranges
 from fedclust.precheck.argv import Argv, Event, option_value
 from fedclust.precheck.fit_config import Fit
 from fedclust.precheck.values import Schema, StepAside
 
-CHECKPOINT = Path("checkpoints/last.ckpt")  # fedclust.run_folder.CHECKPOINT (that module imports torch)
 MAX_SWEEP_POINTS = 5000
 
 
@@ -60,9 +59,8 @@ def fit(schema: Schema, args: list[str]) -> None:
 def evaluate(schema: Schema, args: list[str]) -> None:
     seen, values, _ = simple(schema, "evaluate", args)
     ranges.evaluate(schema.command("evaluate")["options"], values)  # evaluate() checks these before the folder
-    run = Path(path_value(seen["--run"][-1]))
-    if not (run / CHECKPOINT).exists() or not (run / "config.yaml").is_file():  # as run_folder.load_run
-        raise ConfigError("run", str(run), f"a run folder holding config.yaml and {CHECKPOINT}")
+    run = Path(path_value(seen["--run"][-1]))  # evaluate() reads Path(run): its messages show the path so
+    facts.evaluate(run, values, schema.raw.get("datasets"))
 
 
 def compare(schema: Schema, args: list[str]) -> None:

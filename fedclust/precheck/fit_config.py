@@ -63,7 +63,8 @@ class Fit:
             raise FedclustError("--method is required (e.g. --config quickstart; `fedclust configs` lists the packaged "
                                 "configs).")
         if self.ranges and not self.print_config and isinstance(self.cls, str):  # --print_config runs no check
-            ranges.fit(self.options, self.values, self.init_values, self.schema.classes[self.cls])
+            ranges.fit(self.options, self.values, self.init_values, self.schema.classes[self.cls],
+                       self.schema.raw.get("datasets"))
 
     # config files and sections
 
@@ -208,7 +209,7 @@ class Fit:
         value = event.value if event is not None else obj
         head = key.split(".", 1)[0]
         if head in params and head != key:
-            self.init_values.pop(head, None)  # a key inside a nested argument: not judged here
+            self.init_values[head] = UNKNOWN  # a key inside a nested argument: not judged here
             return
         if head not in params:
             if self.cls is None:
@@ -221,7 +222,4 @@ class Fit:
                   else self.schema.value(spec, obj=obj))
         if parsed is REFUSED:
             raise invalid(field, value, spec)
-        if parsed is UNKNOWN:
-            self.init_values.pop(key, None)
-        else:
-            self.init_values[key] = parsed
+        self.init_values[key] = parsed  # UNKNOWN too: given, but not judged (not the default either)

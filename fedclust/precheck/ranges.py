@@ -1,10 +1,12 @@
-"""The value checks that need no data, run on the values the command line gives (or the defaults it leaves),
-in the order fit() and evaluate() run them. Each rule lives once, torch-free, where the run calls it too:
-FederationConfig.validate, fedclust/run_checks.py, fedclust/federation/hparams.py, fedclust/data/checks.py.
+"""The checks a command line can be judged by before torch is imported, run on the values the command line
+gives (or the defaults it leaves), in the order fit() and evaluate() run them: the values that need no data,
+then those that need the machine, the file system or a known data set's size (facts.py). Each rule lives
+once, torch-free, where the run calls it too: FederationConfig.validate, fedclust/run_checks.py,
+fedclust/federation/hparams.py, fedclust/data/checks.py, fedclust/data/catalog.py.
 
 A value the precheck could not judge (UNKNOWN), or a default the schema does not hold, leaves the checks that
-need it to the run. Checks that need the loaded data stay in the run (the docstring of
-fedclust/data/checks.py and setup_method say which).
+need it to the run. Checks that need the loaded data of a data set the catalogue does not know stay in the
+run (the docstrings of fedclust/data/checks.py and fedclust/data/catalog.py say which).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import inspect
 from fedclust.data.checks import check_data_settings
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.hparams import check_init_args
+from fedclust.precheck import facts
 from fedclust.precheck.values import UNKNOWN
 from fedclust.run_checks import check_device_count, check_embedding_points, check_evaluate_settings
 
@@ -35,19 +38,25 @@ def _call(check, get, prefix: str = "") -> None:
         check(**kwargs)
 
 
-def fit(options: dict, values: dict, init_args: dict, method: dict) -> None:
-    """`fit`'s checks before any folder, device or data: as fit() orders them, then build_federated_data's."""
+def fit(options: dict, values: dict, init_args: dict, method: dict, data_sets: dict | None = None) -> None:
+    """`fit`'s checks in fit()'s order: its own (federation, devices, the method's init args, the logger, the
+    t-SNE sample), the run folder, then build_federated_data's and setup_method's."""
     get = _resolver(options, values)
     fields = {f.name for f in dataclasses.fields(FederationConfig)}
     given = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("federation.")}
     if set(given) <= fields and UNKNOWN not in given.values():
         FederationConfig(**given).validate()
+    if UNKNOWN not in (get("fabric.accelerator"), get("fabric.devices")):
+        facts.cuda(get("fabric.accelerator"), get("fabric.devices"))
     if get("fabric.devices") is not UNKNOWN:
         check_device_count(get("fabric.devices"))
     checked = set(method.get("checked") or ())  # the init args check_hparams sees on the built method
-    check_init_args({k: v for k, v in init_args.items() if k in checked})
+    check_init_args({k: v for k, v in init_args.items() if k in checked and v is not UNKNOWN})
+    facts.logger(get("logger"))
     _call(check_embedding_points, get)
+    facts.run_location(get("runs_dir"), get("run_dir"), get("resume"))
     _call(check_data_settings, get, "data.")
+    facts.data(get, data_sets, method, init_args)
 
 
 def evaluate(options: dict, values: dict) -> None:

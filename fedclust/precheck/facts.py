@@ -1,0 +1,132 @@
+"""The checks that need the machine, the file system, a file's header or a known data set's size, made before
+torch is imported: a GPU asked for where there is certainly none, an optional logger not installed, a run
+folder that cannot be made or a --resume folder without its checkpoint (or with a truncated one), an unknown
+data set or data option, a known data set's missing or truncated files, and a partition or a number of
+clusters its sizes cannot give (fedclust/data/catalog.py knows the sizes; other data sets are skipped).
+
+Each rule is the function the run calls (run_checks.py, data/checks.py, data/catalog.py,
+federation/hparams.py), on the values the run would get, so a refusal here reads exactly as the run's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedclust.data import catalog
+from fedclust.data.checks import (
+    check_data_name,
+    check_data_options,
+    check_partition_fits,
+    client_sizes,
+    simulated_num_clients,
+)
+from fedclust.federation.hparams import check_cluster_counts
+from fedclust.precheck.values import UNKNOWN
+from fedclust.run_checks import (
+    CHECKPOINT,
+    check_checkpoint_file,
+    check_cuda_request,
+    check_run_location,
+    check_saved_run,
+    no_cuda_for_certain,
+    rank_zero_before_launch,
+    require_logger,
+)
+
+
+def cuda(accelerator, devices) -> None:
+    """fit()'s GPU check, made only where this machine certainly has no GPU."""
+    if accelerator in ("cuda", "gpu") and no_cuda_for_certain():
+        check_cuda_request(accelerator, devices, 0)
+
+
+def logger(kind) -> None:
+    if kind is not UNKNOWN:
+        require_logger(kind)
+
+
+def run_location(runs_dir, run_dir, resume) -> None:
+    """Where fit() writes, as rank 0 judges it before claiming a folder (a process Fabric or torchrun started
+    for another rank claims nothing), and a resumed run's checkpoint, which fit() reads next."""
+    if UNKNOWN in (runs_dir, run_dir, resume) or not rank_zero_before_launch():
+        return
+    check_run_location(runs_dir, run_dir, resume)
+    if resume is not None:
+        check_checkpoint_file(Path(resume) / CHECKPOINT)
+
+
+def evaluate(run: Path, values: dict, data_sets: dict | None) -> None:
+    """evaluate()'s checks after its settings, in its order: --data_name's name, the run folder, its checkpoint,
+    then the data it loads: the run's own (load_run), and another split or data set (load_dataset)."""
+    data_name, data_root, split = (values.get(k) for k in ("data_name", "data_root", "split"))
+    if data_sets is not None and isinstance(data_name, str):
+        check_data_name(data_name, data_sets)
+    check_saved_run(run)
+    check_checkpoint_file(run / CHECKPOINT)
+    saved = _saved_data(run)
+    if saved is None:
+        return
+    name, root, saved_split = saved
+    catalog.dataset_facts(name, root, saved_split)
+    if isinstance(data_name, str) or split in ("all", "train", "test"):
+        catalog.dataset_facts(data_name or name, data_root or root, "all" if split in (None, "same") else split)
+
+
+def _saved_data(run: Path) -> tuple[str, str | None, str] | None:
+    """(name, root, split) of the data a run folder's config.yaml names; None where it is not plainly so (the
+    run's own parser then judges it)."""
+    import yaml
+
+    try:
+        data = (yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return None
+    name, root, split = data.get("name", "digits"), data.get("root"), data.get("split", "all")
+    if not isinstance(name, str) or not isinstance(root, str | None) or split not in ("all", "train", "test"):
+        return None
+    if data.get("options"):
+        return None  # options change what some loaders read: not judged here
+    return name, root, split
+
+
+def data(get, data_sets: dict | None, method: dict | None, init_values: dict) -> None:
+    """load_dataset's checks, the partition's, then setup_method's cluster counts, in the run's order; a
+    value not known (UNKNOWN) or a data set the catalogue does not know ends the checks there."""
+    name, options = get("data.name"), get("data.options")
+    if data_sets is None or UNKNOWN in (name, options) or not isinstance(options, dict):
+        return
+    check_data_name(name, data_sets)
+    check_data_options(name, options, data_sets[name])
+    settings = [get(f"data.{key}") for key in ("root", "split", "partition", "num_clients", "p",
+                                                 "min_partition_size", "num_classes_per_partition",
+                                                 "class_assignment_mode")]
+    if UNKNOWN in settings:
+        return
+    root, split, partition, num_clients, p, min_size, per_partition, mode = settings
+    if partition == "natural":
+        return  # the clients come from the data's own client column
+    num_clients = simulated_num_clients(num_clients)
+    facts = catalog.dataset_facts(name, root, split)
+    if facts is None:
+        return
+    check_partition_fits(partition, num_clients, min_size, per_partition, mode, facts.num_classes,
+                         facts.class_counts)
+    sizes = client_sizes(partition, facts.class_counts, num_clients, p)
+    if method is None or (sizes is not None and min(sizes) == 0):
+        return  # an empty client: build_federated_data's own sentence, left to the run
+    num_clusters = _first_set(method.get("num_clusters"), method, init_values)
+    local = _first_set(method.get("local_clusters"), method, init_values)
+    if UNKNOWN not in (num_clusters, local):
+        check_cluster_counts(num_clusters, local, facts.num_classes, facts.num_samples, min(sizes) if sizes else 0)
+
+
+def _first_set(chain: list[str] | None, method: dict, init_values: dict):
+    """The first of these init arguments that is not None (what the method's local_clusters() or
+    num_clusters returns), as given or by default; UNKNOWN when that cannot be known."""
+    if chain is None:
+        return UNKNOWN
+    for name in chain:
+        value = init_values.get(name, method.get("defaults", {}).get(name, UNKNOWN))
+        if value is not None:
+            return value
+    return None
