@@ -222,8 +222,11 @@ def fingerprint(point: Point) -> str:
 
 def start_record(root: Path, point: Point) -> dict:
     """What ROOT/.points/<name>.json kept when the point last started afresh ({} if it never did here)."""
-    path = root / ".points" / f"{point.name}.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        record = json.loads((root / ".points" / f"{point.name}.json").read_text())
+    except (OSError, ValueError):  # never started here, or a damaged file: no record
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _fingerprint_file(root: Path, point: Point) -> Path:

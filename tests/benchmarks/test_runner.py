@@ -61,6 +61,13 @@ def test_report_shows_partial_results_with_their_state_and_commit(tiny):
     assert "| k-FED | pending | 3 |" in text and "1 of 4 runs done" in text
 
 
+def test_a_damaged_start_record_makes_the_folder_stale_not_a_crash(tiny):
+    exp, root, _ = tiny
+    _fake_run(root, exp.runs[0])
+    (root / ".points" / f"{exp.runs[0].point.name}.json").write_bytes(b"\x00{not json")
+    assert state(root, exp.runs[0]) == "stale"
+
+
 def test_report_keeps_a_results_file_a_former_script_wrote(tiny):
     exp, root, results = tiny
     results.mkdir()
