@@ -41,11 +41,10 @@ import yaml
 
 from fedclust.config_files import FIT_KEYS, resolve_config
 from fedclust.errors import ConfigError, FedclustError
+from fedclust.probes.diagnose import DIAGNOSTIC_KEYS as DIAGNOSTICS
 from fedclust.sweep import Point
 
-FINAL = ("nmi", "acc", "ari", "kappa", "purity")
-DIAGNOSTICS = ("effective_rank", "top1_share", "top3_share", "directions_90", "pc1_brightness_r", "cluster_min",
-               "cluster_max", "cluster_balance", "empty_clusters", "embed_kmeans_nmi")  # probes/diagnose.py's keys
+FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
 FOLDER = ("rounds", "seconds_per_round", "peak_memory_mb", "commit")
 KEYS = {"title": str, "data": str, "notes": str, "overrides": dict, "grid": dict, "configs": list,
         "metrics": list, "paper": list, "table": dict, "plot": dict}
@@ -210,6 +209,8 @@ def _outputs(exp: Experiment, where: str, table: dict) -> None:
         for label, cells in ref["cells"].items():
             if label not in exp.labels:
                 raise ConfigError(f"{at}.cells", label, f"a label of the configs ({', '.join(exp.labels)})")
+            if isinstance(cells, dict) and "by" not in ref:
+                raise ConfigError(f"{at}.by", None, "the grid key the cells of a mapping are keyed by")
             numbers = cells.values() if isinstance(cells, dict) else [cells]
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
                 raise ConfigError(f"{at}.cells.{label}", cells, "a number, or a mapping of grid values to numbers")

@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from fedclust.errors import ConfigError
+from fedclust.sweep import start_record
 
 from .common import ROOT, machine, now
 from .experiment import FINAL, Experiment, paper_cell
@@ -42,7 +43,9 @@ def measure(folder: Path) -> dict[str, object]:
     rows = _csv(folder / "metrics.csv")
     try:
         final = json.loads((folder / "final.json").read_text())["metrics"]
-    except (OSError, ValueError, KeyError, TypeError):  # still going: its last scored round
+    except (OSError, ValueError, KeyError, TypeError):
+        final = None
+    if not isinstance(final, dict):  # still going (or final.json is damaged): its last scored round
         final = next(({k: r[k] for k in FINAL if k in r} for r in reversed(rows) if _number(r.get("nmi"))), {})
     out = {k: _number(v) for k, v in {**(_csv(folder / "diagnostics.csv") or [{}])[-1], **final}.items()}
     seconds = [s for s in (_number(r.get("seconds")) for r in rows) if s is not None]
@@ -56,8 +59,6 @@ def measure(folder: Path) -> dict[str, object]:
 
 def collect(exp: Experiment, root: Path) -> list[dict[str, object]]:
     """One row per point, in the experiment's order."""
-    from fedclust.sweep import start_record
-
     rows = []
     for run in exp.runs:
         status = state(root, run)
@@ -103,15 +104,16 @@ def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
     lines = [MARK, f"# {exp.title}", "",
              f"Command: {', '.join(f'`{c}`' for c in commands)}, then `{command}` ({_shown(exp.path)}; "
              f"{sum(r['state'] == 'done' for r in rows)} of {len(rows)} runs done).", "",
-             f"Machine: {'; '.join(machines)}. Runs started {dates}; this file written {now()} on {machine(False)}.",
+             f"Machine: {'; '.join(machines)}. The runs' commands started {dates}; this file written {now()} on "
+             f"{machine(False)}.",
              "", f"Data: {exp.data}", ""]
     if exp.notes:
         lines += [exp.notes.strip(), ""]
     lines += ["Settings:", ""] + [f"- {entry['label']}: `{entry['config']}`" + "".join(
-        f"; {part} {', '.join(f'{k}: {v}' for k, v in entry[part].items())}" for part in ("overrides", "grid")
-        if part in entry) for entry in exp.entries]
-    lines += [f"- grid of the others: {', '.join(f'{k}: {v}' for k, v in exp.grid.items()) or 'none'}; "
-              f"every run: {', '.join(f'{k}: {v}' for k, v in exp.common.items()) or 'no override'}", ""]
+        f"; {part} {_describe(entry[part])}" for part in ("overrides", "grid") if part in entry)
+        for entry in exp.entries]
+    lines += [f"- grid of the others: {_describe(exp.grid) or 'none'}; every run: "
+              f"{_describe(exp.common) or 'no override'}", ""]
     lines += [f"Paper cells (paper {ref['metric']}): {ref['source']}." for ref in exp.paper] + [""] * bool(exp.paper)
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -128,6 +130,12 @@ def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
 
 def _shown(path: Path) -> str:
     return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
+def _describe(settings: dict) -> str:
+    """key value, ...; a named axis as key: case (key value, ...) | case (...)."""
+    return ", ".join(f"{k}: " + " | ".join(f"{case} ({_describe(c)})" for case, c in v.items()) if isinstance(v, dict)
+                     else f"{k} {v}" for k, v in settings.items())
 
 
 def plot(exp: Experiment, rows: list[dict], path: Path) -> bool:

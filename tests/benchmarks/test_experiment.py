@@ -33,6 +33,7 @@ def _entry(**changes):
     ({"table": {"columns": ["method", "p"]}}, "tiny.yaml: table", "a grid key"),
     ({"paper": [{"metric": "nmi", "source": "s", "cells": {"KFED": 0.5}}]}, "paper[0].cells", "a label"),
     ({"paper": [{"metric": "acc", "source": "s", "cells": {"k-FED": 0.5}}]}, "paper[0].metric", "declared"),
+    ({"paper": [{"metric": "nmi", "source": "s", "cells": {"k-FED": {1: 0.5}}}]}, "paper[0].by", "keyed by"),
     ({"plot": {"x": "data.p", "y": "nmi"}}, "plot.x", "a grid key"),
     ({"configs": _entry() * 2}, "configs[1]", "declared twice"),
 ])
