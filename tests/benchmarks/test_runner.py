@@ -10,7 +10,7 @@ import pytest
 from benchmarks.__main__ import main
 from benchmarks.common import git_commit
 from benchmarks.experiment import load
-from benchmarks.report import MARK, report
+from benchmarks.report import MARK, measure, report
 from benchmarks.runner import run, state
 from fedclust import sweep
 from fedclust.sweep import fingerprint
@@ -66,6 +66,15 @@ def test_a_damaged_start_record_makes_the_folder_stale_not_a_crash(tiny):
     _fake_run(root, exp.runs[0])
     (root / ".points" / f"{exp.runs[0].point.name}.json").write_bytes(b"\x00{not json")
     assert state(root, exp.runs[0]) == "stale"
+
+
+@pytest.mark.parametrize("damaged, nmi", [('{"metrics": [1, 2]}', 0.5), ("not json", 0.5),
+                                          ('{"metrics": {"nmi": "high"}}', None)])
+def test_a_damaged_final_json_is_read_without_a_crash(tmp_path, damaged, nmi):
+    (tmp_path / "metrics.csv").write_text("round,nmi,seconds\n1,0.25,2.0\n2,0.5,4.0\n")
+    (tmp_path / "final.json").write_text(damaged)
+    found = measure(tmp_path)  # the last scored round instead, or no value for a cell that is not a number
+    assert found["nmi"] == nmi and found["rounds"] == 2 and found["seconds_per_round"] == 3.0
 
 
 def test_report_keeps_a_results_file_a_former_script_wrote(tiny):
