@@ -51,8 +51,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "benchmarks" / "runs" / "flower_peer"
+from common import RESULTS, ROOT, RUNS, machine
+
+WORK = RUNS / "flower_peer"
 SEED, K, BATCH, LR, LAM, LATENT = 66, 10, 128, 1e-3, 1.0, 64
 
 
@@ -324,7 +325,6 @@ def driver(opts: argparse.Namespace) -> None:
     import flwr
     import ray
     import torch
-    from common import machine
 
     import fedclust
 
@@ -338,7 +338,7 @@ def driver(opts: argparse.Namespace) -> None:
              f"Command: `python {' '.join(sys.argv)}`", ""]
     if opts.note:
         lines += [f"Conditions: {opts.note}", ""]
-    results = ROOT / "benchmarks" / "results" / "flower_peer.md"
+    results = RESULTS / "flower_peer.md"
     if opts.append and results.exists():  # a further measurement under the earlier ones
         lines = [results.read_text().rstrip("\n"), "", "---", "", *lines[2:]]
     log = lambda s: (lines.append(s), print(s, flush=True))  # noqa: E731

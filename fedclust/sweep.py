@@ -122,6 +122,14 @@ def sweep(config: str, grid: list[str] | None = None, sweep_dir: str | None = No
     points = expand(config, axes)
     for point in points:
         check(point)
+    return run_points(root, points, slots, devices, group, dry_run)
+
+
+def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[int] | None = None,
+               group: str | None = None, dry_run: bool = False, record: dict | None = None) -> list[dict]:
+    """The sweep's queue over points already checked: ROOT/<name> per point, done ones skipped, checkpointed
+    ones resumed, stale ones set aside (the benchmarks runner shares it). `record` is kept beside the
+    fingerprint of every point started afresh (ROOT/.points/<name>.json), e.g. the git commit it ran at."""
     if slots < 1:
         raise ConfigError("slots", slots, "a positive number of parallel runs")
     slot_envs = _slot_envs(slots, devices)
@@ -148,7 +156,7 @@ def sweep(config: str, grid: list[str] | None = None, sweep_dir: str | None = No
     def work(point: Point) -> None:
         env = free.get()
         try:
-            _run_point(root, point, env, group, console)
+            _run_point(root, point, env, group, console, record)
         finally:
             free.put(env)
             ledger.write()
@@ -183,7 +191,8 @@ def _slot_envs(slots: int, devices: list[int] | None) -> list[dict[str, str]]:
     return [{"OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""} for _ in range(slots)]
 
 
-def _run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, console: Console) -> None:
+def _run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, console: Console,
+               record: dict | None = None) -> None:
     folder = root / point.name
     log = root / "logs" / f"{point.name}.log"
     log.parent.mkdir(exist_ok=True)
@@ -198,7 +207,7 @@ def _run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, c
                 n += 1
             folder.rename(folder.with_name(f"{folder.name}.incomplete-{n}"))
         target = ["--config", point.config, "--run_dir", str(folder), *point.argv()]
-        _fingerprint_file(root, point).write_text(json.dumps({"fingerprint": fingerprint(point)}))
+        _fingerprint_file(root, point).write_text(json.dumps({"fingerprint": fingerprint(point), **(record or {})}))
         console.print(f"[cyan]start[/] {point.name}")
     cmd = [sys.executable, "-m", "fedclust", "fit", *target, "--progress", "false", "--group", group,
            "--name", point.name]
@@ -222,6 +231,15 @@ def fingerprint(point: Point) -> str:
     """What a point computes: its base config file's bytes and its overrides."""
     text = Path(point.config).read_bytes() + json.dumps(point.overrides, sort_keys=True, default=str).encode()
     return hashlib.sha256(text).hexdigest()
+
+
+def start_record(root: Path, point: Point) -> dict:
+    """What ROOT/.points/<name>.json kept when the point last started afresh ({} if it never did here)."""
+    try:
+        record = json.loads((root / ".points" / f"{point.name}.json").read_text())
+    except (OSError, ValueError):  # never started here, or a damaged file: no record
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _fingerprint_file(root: Path, point: Point) -> Path:

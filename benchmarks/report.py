@@ -1,0 +1,198 @@
+"""An experiment's results from its run folders: RESULTS/NAME.csv (one row per point, machine-readable),
+NAME.md (the table with the papers' cells beside fedclust's, and the machine, date, settings, data scale and
+commands in its header) and NAME.png (the declared plot). Works on partial results: a point not done shows
+its state, a running one the metrics of its last scored round."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+from fedclust.errors import ConfigError
+from fedclust.sweep import start_record
+
+from .common import ROOT, machine, now
+from .experiment import FINAL, Experiment, paper_cell
+from .runner import state
+
+MARK = "<!-- written by `python -m benchmarks report`; edit the experiment's YAML, not this file -->"
+DIGITS = {"seconds_per_round": 1, "peak_memory_mb": 0, "rounds": 0}
+
+
+def _number(text: object) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
+
+
+def measure(folder: Path) -> dict[str, object]:
+    """Every metric the folder gives (run folders are untrusted: an unreadable file gives nothing)."""
+    rows = _csv(folder / "metrics.csv")
+    try:
+        final = json.loads((folder / "final.json").read_text())["metrics"]
+    except (OSError, ValueError, KeyError, TypeError):
+        final = None
+    if not isinstance(final, dict):  # still going (or final.json is damaged): its last scored round
+        final = next(({k: r[k] for k in FINAL if k in r} for r in reversed(rows) if _number(r.get("nmi"))), {})
+    out = {k: _number(v) for k, v in {**(_csv(folder / "diagnostics.csv") or [{}])[-1], **final}.items()}
+    seconds = [s for s in (_number(r.get("seconds")) for r in rows) if s is not None]
+    memory = [m for m in (_number(r.get("peak_memory_mb")) for r in rows) if m is not None]
+    rounds = _number(rows[-1].get("round")) if rows else None
+    out.update(rounds=int(rounds) if rounds is not None else None,
+               seconds_per_round=statistics.median(seconds) if seconds else None,
+               peak_memory_mb=max(memory) if memory else None)
+    return out
+
+
+def collect(exp: Experiment, root: Path) -> list[dict[str, object]]:
+    """One row per point, in the experiment's order."""
+    rows = []
+    for run in exp.runs:
+        status = state(root, run)
+        found = measure(root / run.point.name) if status != "stale" else {}
+        started = start_record(root, run.point) if status != "stale" else {}
+        row = {"label": run.label, **run.values, "state": status, "run": run.point.name,
+               **{m: found.get(m) for m in exp.metrics if m != "commit"},
+               **{k: started.get(k, "") for k in ("commit", "command", "machine", "started")}}
+        row.update({f"paper_{ref['metric']}": paper_cell(exp, ref, run) for ref in exp.paper})
+        rows.append(row)
+    return rows
+
+
+def _cell(name: str, value: object) -> str:
+    """A metric or paper cell: 4 decimals (seconds 1, rounds and MB none); anything else as it is."""
+    if isinstance(value, float):
+        return f"{value:.{DIGITS.get(name.removeprefix('paper_'), 4)}f}"
+    return "" if value is None else str(value)
+
+
+def write_csv(exp: Experiment, rows: list[dict], path: Path) -> None:
+    names = ["label", *exp.grid_keys, "state", *[m for m in exp.metrics if m != "commit"],
+             *[f"paper_{ref['metric']}" for ref in exp.paper], "commit", "run"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, names, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+
+
+def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
+    columns = [c for c in exp.columns if c not in exp.group_by]
+    if any(row["state"] != "done" for row in rows):  # partial results say so on every row
+        columns.insert(next((i + 1 for i, c in enumerate(columns) if c in ("method", "label")), 0), "state")
+    shown = []  # (header, row key): each paper cell right after its metric
+    for column in columns:
+        key = "label" if column in ("method", "label") else exp.key(column) or column
+        shown.append((column, key))
+        shown += [(f"paper {column}", f"paper_{column}") for ref in exp.paper if ref["metric"] == column]
+    made = [row for row in rows if row["started"]]
+    commands = sorted({row["command"] for row in made}) or [f"python -m benchmarks run {exp.name}"]
+    machines = sorted({row["machine"] for row in made}) or ["none yet"]
+    dates = f"{min(r['started'] for r in made)} to {max(r['started'] for r in made)}" if made else "none yet"
+    lines = [MARK, f"# {exp.title}", "",
+             f"Command: {', '.join(f'`{c}`' for c in commands)}, then `{command}` ({_shown(exp.path)}; "
+             f"{sum(r['state'] == 'done' for r in rows)} of {len(rows)} runs done).", "",
+             f"Machine: {'; '.join(machines)}. The runs' commands started {dates}; this file written {now()} on "
+             f"{machine(False)}.",
+             "", f"Data: {exp.data}", ""]
+    if exp.notes:
+        lines += [exp.notes.strip(), ""]
+    lines += ["Settings:", ""] + [f"- {entry['label']}: `{entry['config']}`" + "".join(
+        f"; {part} {_describe(entry[part])}" for part in ("overrides", "grid") if part in entry)
+        for entry in exp.entries]
+    lines += [f"- grid of the others: {_describe(exp.grid) or 'none'}; every run: "
+              f"{_describe(exp.common) or 'no override'}", ""]
+    lines += [f"Paper cells (paper {ref['metric']}): {ref['source']}." for ref in exp.paper] + [""] * bool(exp.paper)
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(exp.key(g) or "label") for g in exp.group_by), []).append(row)
+    for values, members in groups.items():
+        if values:
+            lines += [f"## {', '.join(f'{g} {v}' for g, v in zip(exp.group_by, values))}", ""]
+        lines += ["| " + " | ".join(h for h, _ in shown) + " |", "|---" * len(shown) + "|"]
+        keys = exp.grid_keys
+        lines += ["| " + " | ".join(str(row.get(k, "")) if k in keys else _cell(k, row.get(k)) for _, k in shown)
+                  + " |" for row in members] + [""]
+    return "\n".join(lines)
+
+
+def _shown(path: Path) -> str:
+    return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
+def _describe(settings: dict) -> str:
+    """key value, ...; a named axis as key: case (key value, ...) | case (...)."""
+    return ", ".join(f"{k}: " + " | ".join(f"{case} ({_describe(c)})" for case, c in v.items()) if isinstance(v, dict)
+                     else f"{k} {v}" for k, v in settings.items())
+
+
+def plot(exp: Experiment, rows: list[dict], path: Path) -> bool:
+    """y against x, one line per label (and per value of the other grid keys but seed): the mean over the
+    other runs with their range shaded; a label without x is a flat dashed line; papers' cells as crosses."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x_key, y = exp.key(exp.plot["x"]), exp.plot["y"]
+    others = [k for k in exp.grid_keys if k not in (x_key, "seed")]
+    lines: dict[tuple[str, str], dict[float | None, list[float]]] = {}
+    for row in rows:
+        if row["state"] == "done" and row.get(y) is not None:
+            name = " ".join([row["label"], *(f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in others if k in row)])
+            lines.setdefault((row["label"], name), {}).setdefault(_number(row.get(x_key)), []).append(row[y])
+    if not lines:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    every_x = sorted({x for points in lines.values() for x in points if x is not None}) or [0.0, 1.0]
+    colour = {}
+    for (label, name), points in lines.items():
+        xs = sorted(x for x in points if x is not None)
+        if not xs:  # no x (centralized k-means): its value holds for every x
+            (line,) = ax.plot(every_x, [statistics.fmean(points[None])] * len(every_x), "--", label=name)
+        else:
+            (line,) = ax.plot(xs, [statistics.fmean(points[x]) for x in xs], "o-", label=name)
+            ax.fill_between(xs, [min(points[x]) for x in xs], [max(points[x]) for x in xs], alpha=0.2,
+                            color=line.get_color())
+        colour.setdefault(label, line.get_color())
+    cells = {(row["label"], _number(row.get(x_key))): row[f"paper_{y}"] for row in rows
+             if row.get(f"paper_{y}") is not None and row["label"] in colour}
+    for label in dict.fromkeys(label for label, _ in cells):
+        xy = sorted((x, v) for (lab, x), v in cells.items() if lab == label and x is not None)
+        if xy:
+            ax.plot(*zip(*xy), "x:", color=colour[label], label=f"{label}, paper")
+    source = "; ".join(ref["source"] for ref in exp.paper if ref["metric"] == y)
+    ax.set(xlabel=exp.plot["x"], ylabel=y, title=exp.title + (f"\npaper: {source}" if source else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def report(exp: Experiment, root: Path, results: Path, command: str, replace: bool = False) -> list[Path]:
+    md = results / f"{exp.name}.md"
+    if md.exists() and not replace and not md.read_text(errors="replace").startswith(MARK):
+        raise ConfigError("report", str(md), "a file this command wrote; this one holds numbers measured by a "
+                          "former script (pass --replace to overwrite it; git keeps the old one)")
+    rows = collect(exp, root)
+    results.mkdir(parents=True, exist_ok=True)
+    write_csv(exp, rows, results / f"{exp.name}.csv")
+    md.write_text(markdown(exp, rows, command) + "\n")
+    written = [results / f"{exp.name}.csv", md]
+    if exp.plot and plot(exp, rows, results / f"{exp.name}.png"):
+        written.append(results / f"{exp.name}.png")
+    return written

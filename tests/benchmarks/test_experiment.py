@@ -1,0 +1,96 @@
+"""benchmarks/experiment.py: an experiment YAML is checked strictly, every mistake one sentence naming the field,
+and every experiment in benchmarks/experiments parses into `fedclust fit` runs the fit parser accepts."""
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.experiment import load, paper_cell
+from fedclust.errors import ConfigError
+from fedclust.sweep import check
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ROOT / "benchmarks" / "experiments"
+
+
+def _entry(**changes):
+    return [{"label": "k-FED", "config": "kfed_fmnist", **changes}]
+
+
+@pytest.mark.parametrize("changes, field, words", [
+    ({"colums": ["nmi"]}, "tiny.yaml: colums", "a known key"),
+    ({"title": None}, "tiny.yaml: title", "required"),
+    ({"metrics": "nmi"}, "tiny.yaml: metrics", "a list"),
+    ({"configs": _entry(config="nosuch_config")}, "configs[0].config", "packaged config"),
+    ({"configs": _entry(lable="x")}, "configs[0]: lable", "a known key"),
+    ({"configs": []}, "tiny.yaml: configs", "one or more"),
+    ({"grid": {"seed": []}}, "grid: seed", "non-empty list"),
+    ({"grid": {}}, "tiny.yaml: grid", "one or more keys"),
+    ({"grid": {"dta.p": [0, 1]}}, "grid: dta.p", "`fedclust fit` setting"),
+    ({"configs": _entry(overrides={"sed": 1})}, "configs[0].overrides: sed", "`fedclust fit` setting"),
+    ({"metrics": ["nmii"]}, "tiny.yaml: metrics", "one of nmi"),
+    ({"table": {"columns": ["method", "p"]}}, "tiny.yaml: table", "a grid key"),
+    ({"paper": [{"metric": "nmi", "source": "s", "cells": {"KFED": 0.5}}]}, "paper[0].cells", "a label"),
+    ({"paper": [{"metric": "acc", "source": "s", "cells": {"k-FED": 0.5}}]}, "paper[0].metric", "declared"),
+    ({"paper": [{"metric": "nmi", "source": "s", "cells": {"k-FED": {1: 0.5}}}]}, "paper[0].by", "keyed by"),
+    ({"plot": {"x": "data.p", "y": "nmi"}}, "plot.x", "a grid key"),
+    ({"configs": _entry() * 2}, "configs[1]", "declared twice"),
+])
+def test_a_mistake_is_one_sentence_naming_the_field(write_experiment, tiny_spec, changes, field, words):
+    spec = tiny_spec(**changes)
+    spec = {k: v for k, v in spec.items() if v is not None}
+    path = write_experiment(spec)
+    with pytest.raises(ConfigError) as error:
+        load(str(path), path.parent)
+    message = str(error.value)
+    assert field in message and words in message and "\n" not in message
+
+
+def test_the_cli_answers_a_bad_name_with_one_line(capsys):
+    assert main(["report", "no_such_experiment"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "heterogeneity_fmnist" in err and "Traceback" not in err
+
+
+def test_grid_crosses_each_config_and_a_config_may_have_its_own(write_experiment, tiny_spec):
+    spec = tiny_spec(grid={"data.p": [0, 1], "setting": {"a": {"seed": 1}, "b": {"seed": 2, "data.alpha": 0.5}}},
+                     configs=[*_entry(), {"label": "KM", "config": "kmeans_fmnist", "grid": {"seed": [3]}}],
+                     table={"columns": ["method", "p", "setting", "nmi"]}, plot={"x": "data.p", "y": "nmi"})
+    exp = load(str(write_experiment(spec)), ROOT)
+    assert [r.point.name for r in exp.runs] == ["k-FED_p=0_setting=a", "k-FED_p=0_setting=b", "k-FED_p=1_setting=a",
+                                                "k-FED_p=1_setting=b", "KM_seed=3"]
+    assert exp.runs[1].point.overrides == {**tiny_spec()["overrides"], "data.p": 0, "seed": 2, "data.alpha": 0.5}
+    assert exp.runs[1].values == {"data.p": 0, "setting": "b"}
+    assert exp.runs[-1].point.config.endswith("kmeans_fmnist.yaml")
+    assert paper_cell(exp, exp.paper[0], exp.runs[0]) == 0.5 and paper_cell(exp, exp.paper[0], exp.runs[-1]) is None
+
+
+def test_heterogeneity_experiment_is_what_the_lead_asked_for():
+    exp = load("heterogeneity_fmnist", EXPERIMENTS)
+    assert exp.labels == ["k-FED", "KM", "CCFC", "CCFC++"]
+    assert all(r.point.overrides["data.split"] == "test" for r in exp.runs)
+    assert {r.values["data.p"] for r in exp.runs if r.label == "CCFC++"} == {0, 0.25, 0.5, 0.75, 1}
+    assert [r.values for r in exp.runs if r.label == "KM"] == [{"seed": 0}]
+    seeds = {(r.values["data.p"], r.values["seed"]) for r in exp.runs if r.label == "CCFC"}
+    assert {(0, 1), (0, 2), (1, 1), (1, 2), (0.5, 0)} <= seeds and (0.5, 1) not in seeds
+    assert exp.columns == ["method", "p", "seed", "rounds", "nmi", "acc", "ari", "kappa", "seconds_per_round",
+                           "commit"]
+    assert exp.plot == {"x": "data.p", "y": "nmi"}
+    nmi = exp.paper[0]
+    assert nmi["metric"] == "nmi" and nmi["cells"]["KM"] == 0.6070 and nmi["cells"]["CCFC"][1] == 0.1211
+    assert "# - label:" in (EXPERIMENTS / "heterogeneity_fmnist.yaml").read_text()  # the placeholder entry
+
+
+def test_every_experiment_gives_runs_the_fit_parser_accepts():
+    """One run per config and per grid value of every experiment (the others differ only in values)."""
+    names = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
+    assert "heterogeneity_fmnist" in names and len(names) >= 15
+    for name in names:
+        covered = set()
+        for run in load(name, EXPERIMENTS).runs:
+            pairs = {(run.label, run.point.config, k, str(v)) for k, v in run.values.items()}
+            if pairs and pairs <= covered:
+                continue
+            covered |= pairs
+            check(run.point)

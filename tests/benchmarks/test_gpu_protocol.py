@@ -1,0 +1,49 @@
+"""benchmarks/gpu_protocol.sh on the CPU with a tiny experiment (issue 14): a call cut off by its time budget
+leaves no process behind and its run is resumed by the next call, a checkpointed run resumes, a done one is
+skipped, and the report lists every run."""
+
+import csv
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _protocol(tmp_path: Path, experiment: Path, *args: str) -> str:
+    env = {**os.environ, "FEDCLUST_GPU_RUNS": str(tmp_path / "runs"), "FEDCLUST_GPU_EXPERIMENT": str(experiment),
+           "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_protocol.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow  # several processes, each importing torch: ~1-2 minutes here; CI runs -m slow
+def test_calls_are_time_boxed_resumable_and_reported(tmp_path, write_experiment, tiny_spec):
+    quick = {"label": "quick", "config": "quickstart", "overrides": {"federation.rounds": 3}}
+    # 2,000 rounds outlast an 8 s budget on any machine
+    long = {"label": "long", "config": "quickstart", "overrides": {"federation.rounds": 2000}}
+    experiment = write_experiment(tiny_spec(overrides={"federation.checkpoint_every": 1}, grid={"seed": [1]},
+                                            configs=[long, quick], paper=[], plot={"x": "seed", "y": "nmi"}))
+    first = _protocol(tmp_path, experiment, "run", "--budget", "8", "--only", "long")
+    assert "budget of 8 s spent" in first and "long_seed=1" in first
+    assert not (tmp_path / "runs" / "tiny" / "long_seed=1" / "final.json").exists()
+    assert "quick_seed=1  done" not in first  # the call started nothing after its budget
+
+    assert "quick_seed=1" in _protocol(tmp_path, experiment, "run", "--budget", "500", "--only", "quick")
+    folder = tmp_path / "runs" / "tiny" / "quick_seed=1"
+    final = json.loads((folder / "final.json").read_text())
+    assert final["rounds"] == 3
+    (folder / "final.json").unlink()  # as if cut off after its last checkpoint: the next call resumes it
+    _protocol(tmp_path, experiment, "run", "--budget", "500", "--only", "quick")
+    assert json.loads((folder / "final.json").read_text())["metrics"] == final["metrics"]
+    assert not folder.with_name(folder.name + ".incomplete-1").exists()
+
+    _protocol(tmp_path, experiment, "report")
+    rows = {r["run"]: r["state"] for r in csv.DictReader((tmp_path / "out" / "tiny.csv").open())}
+    assert rows["quick_seed=1"] == "done"
+    assert rows["long_seed=1"] in ("pending", "checkpointed", "incomplete")  # not running: nothing was left behind
