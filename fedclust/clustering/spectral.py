@@ -1,0 +1,62 @@
+"""Spectral clustering of a modest number of points (cluster summaries), as KASP does (Yan, Huang & Jordan, "Fast
+Approximate Spectral Clustering", KDD 2009: k-means into many small clusters first, then spectral clustering of
+their centroids). In fedclust the small clusters are the clients' local clusters, so the server clusters their
+centroids by the shape of the data (a mutual nearest-neighbour graph) rather than by distance to k centres.
+
+The graph: cosine similarity between unit-normalised points, each point linked to its ``neighbors`` most similar
+others, symmetrised (an edge if either end chose it), edge weight = the similarity mapped to [0, 1]. ``weights``
+(the number of samples each point summarises) scale the graph to the samples': an edge between summaries of w_i
+and w_j samples stands for w_i * w_j sample pairs. Ng-Jordan-Weiss embedding (the k leading eigenvectors of the
+normalised affinity, rows normalised), then k-means on it (fedclust's k-means, seeded).
+
+Written in torch (an eigendecomposition of an n x n matrix, n = the number of summaries, a few thousand at most)
+rather than with scikit-learn's SpectralClustering, which takes no point weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fedclust.clustering.kmeans import kmeans
+
+
+def knn_affinity(points: Tensor, neighbors: int) -> Tensor:
+    """Symmetric (n, n) affinity: each point's ``neighbors`` most cosine-similar others, weight (1 + cos) / 2."""
+    z = F.normalize(points.double(), dim=1)
+    similarity = z @ z.T
+    n = len(z)
+    m = max(1, min(neighbors, n - 1))
+    masked = similarity.clone()
+    masked.fill_diagonal_(-float("inf"))
+    nearest = masked.topk(m, dim=1).indices
+    chosen = torch.zeros(n, n, dtype=torch.bool, device=z.device)
+    chosen.scatter_(1, nearest, True)
+    chosen = chosen | chosen.T
+    return torch.where(chosen, (1 + similarity) / 2, torch.zeros_like(similarity))
+
+
+def spectral_embedding(affinity: Tensor, k: int, weights: Tensor | None = None) -> Tensor:
+    """Rows of the k leading eigenvectors of D^-1/2 W D^-1/2, each row unit-normalised (Ng, Jordan & Weiss 2002);
+    W = diag(w) A diag(w) + diag(w^2) when point weights w are given (each summary's own pairs as a self-loop)."""
+    a = affinity.double()
+    if weights is not None:
+        w = weights.double().to(a.device)
+        a = w[:, None] * a * w[None, :] + torch.diag(w * w)
+    degree = a.sum(1).clamp_min(1e-12)
+    scale = degree.rsqrt()
+    normalized = scale[:, None] * a * scale[None, :]
+    _, vectors = torch.linalg.eigh(normalized)  # ascending eigenvalues
+    return F.normalize(vectors[:, -k:], dim=1)
+
+
+def spectral_clustering(points: Tensor, k: int, neighbors: int = 10, weights: Tensor | None = None,
+                        seed: int = 0, nredo: int = 10) -> Tensor:
+    """Cluster ids (n,) of ``points`` (n, d) into ``k`` clusters by spectral clustering of their cosine kNN graph.
+    ``weights``: samples each point stands for (None: equal). k >= n gives every point its own cluster."""
+    n = len(points)
+    if k >= n:
+        return torch.arange(n, device=points.device)
+    embedding = spectral_embedding(knn_affinity(points, neighbors), k, weights)
+    return kmeans(embedding.float(), k, niter=100, nredo=nredo, seed=seed).labels.to(points.device)

@@ -1,0 +1,61 @@
+"""Balanced (Sinkhorn) k-means and spectral clustering of summaries, on inputs whose answer is known."""
+
+import math
+
+import torch
+
+from fedclust.clustering.balanced import balanced_assignment, balanced_kmeans, sinkhorn
+from fedclust.clustering.metrics import nmi
+from fedclust.clustering.spectral import spectral_clustering
+
+
+def test_sinkhorn_plan_has_unit_rows_and_equal_columns():
+    scores = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+    plan = sinkhorn(scores, epsilon=0.5, iterations=50)
+    assert torch.allclose(plan.sum(1), torch.ones(40), atol=1e-5)
+    assert torch.allclose(plan.sum(0), torch.full((4,), 10.0), atol=1e-3)
+
+
+def test_balanced_assignment_is_exactly_balanced_even_when_one_cluster_is_preferred():
+    scores = torch.zeros(10, 3)
+    scores[:, 0] = 5.0  # every point prefers cluster 0
+    sizes = torch.bincount(balanced_assignment(scores), minlength=3)
+    assert sizes.max() - sizes.min() <= 1 and sizes.sum() == 10
+
+
+def test_balanced_kmeans_splits_equal_groups_and_keeps_sizes_equal():
+    g = torch.Generator().manual_seed(1)
+    centres = torch.eye(4)[:, :4] * 5
+    x = torch.cat([c + 0.1 * torch.randn(25, 4, generator=g) for c in centres])
+    truth = torch.arange(4).repeat_interleave(25)
+    centroids, labels = balanced_kmeans(x, 4, generator=torch.Generator().manual_seed(0))
+    assert torch.bincount(labels, minlength=4).tolist() == [25, 25, 25, 25]
+    assert nmi(labels, truth) > 0.99
+    assert torch.allclose(centroids.norm(dim=1), torch.ones(4), atol=1e-5)
+    # unequal groups: sizes stay equal anyway (the point of it: every summary stands for n / k samples)
+    _, labels = balanced_kmeans(x[:70], 4, generator=torch.Generator().manual_seed(0))
+    sizes = torch.bincount(labels, minlength=4)
+    assert sizes.max() - sizes.min() <= 1
+
+
+def _rings(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two concentric circles in the plane, lifted away from the origin so cosine geometry sees their shape."""
+    angle = 2 * math.pi * torch.rand(2 * n, generator=g)
+    radius = torch.cat([torch.full((n,), 1.0), torch.full((n,), 3.0)]) + 0.05 * torch.randn(2 * n, generator=g)
+    xy = torch.stack([radius * angle.cos(), radius * angle.sin()], 1)
+    return torch.cat([xy, torch.full((2 * n, 1), 10.0)], 1), torch.arange(2).repeat_interleave(n)
+
+
+def test_spectral_separates_rings_where_kmeans_cannot():
+    from fedclust.clustering.kmeans import kmeans
+
+    x, truth = _rings(150, torch.Generator().manual_seed(2))
+    assert nmi(spectral_clustering(x, 2, neighbors=8), truth) > 0.95
+    assert nmi(kmeans(x, 2, nredo=5, cosine=True).labels, truth) < 0.2
+
+
+def test_spectral_weights_and_degenerate_sizes():
+    x, truth = _rings(100, torch.Generator().manual_seed(3))
+    labels = spectral_clustering(x, 2, neighbors=8, weights=torch.full((200,), 7.0))
+    assert nmi(labels, truth) > 0.95
+    assert spectral_clustering(x[:3], 5).tolist() == [0, 1, 2]  # k >= n: each point its own cluster
