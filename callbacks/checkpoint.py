@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, FedclustError
 from fedclust.run_checks import check_checkpoint_file
 
 from .base import Callback
@@ -20,20 +20,51 @@ from .base import Callback
 class Checkpoint(Callback):
     def __init__(self, path: Path, every: int):
         self.path, self.every = Path(path), every
+        self.saved_round: int | None = None  # the round the checkpoint on disk holds, when known
+
+    def on_fit_start(self, orch) -> None:
+        self.saved_round = orch.progress.done if self.path.exists() else None  # resumed from it
 
     def on_round_end(self, orch, record) -> None:
         if orch.progress.done % self.every == 0 or orch.progress.done == orch.total_rounds:
-            save_checkpoint(self.path, orch)
+            save_checkpoint(self.path, orch, self.saved_round)
+            self.saved_round = orch.progress.done
 
 
-def save_checkpoint(path: Path, orch) -> None:
-    """Write atomically (temp file + rename) so an interruption never leaves a broken checkpoint."""
+def save_checkpoint(path: Path, orch, saved_round: int | None = None) -> None:
+    """Write atomically (temp file + rename) so an interruption never leaves a broken checkpoint. A write that
+    fails (disk full, ...) removes its temporary file, keeps the previous checkpoint and is one sentence."""
     if not orch.fabric.is_global_zero:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    state = orch.state_dict()
     tmp = path.with_suffix(".tmp")
-    torch.save(orch.state_dict(), tmp)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # through a Python file, so that a failed write's OSError (errno, strerror) is on the exception torch
+        # raises (written to a path, torch's C++ writer says only "unexpected pos")
+        with tmp.open("wb") as file:
+            torch.save(state, file)
+        os.replace(tmp, path)
+    except BaseException as error:  # an interruption too: never leave a half-written last.tmp taking the space
+        tmp.unlink(missing_ok=True)
+        if not isinstance(error, (OSError, RuntimeError)):  # torch's writer fails with RuntimeError
+            raise
+        run = path.parent.parent
+        kept = (f"the previous checkpoint {path}{'' if saved_round is None else f' (after round {saved_round})'} "
+                f"is intact: free space and continue with `fedclust fit --resume {run}`"
+                if path.exists() else "no checkpoint had been written yet")
+        raise FedclustError(f"the checkpoint after round {orch.progress.done} could not be written in {path.parent} "
+                            f"({_reason(error)}); {kept}.") from None
+
+
+def _reason(error: BaseException) -> str:
+    """The OS's words for a failed write (torch wraps the file's OSError in a RuntimeError)."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    return str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
 
 
 def load_checkpoint(path: Path) -> dict:

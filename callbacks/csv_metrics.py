@@ -9,9 +9,11 @@ ARI, Kappa and purity: no column of scores that could not be computed."""
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from fedclust.clustering.metrics import LABEL_FREE_METRICS, LABEL_METRICS
+from fedclust.run_folder import write_output
 
 from .base import Callback
 
@@ -32,11 +34,14 @@ class CSVMetrics(Callback):
         kept = []
         if self.path.exists():  # resumed: keep the rounds the checkpoint holds, drop any later ones
             with self.path.open(newline="") as f:
-                kept = [row for row in csv.DictReader(f) if int(row["round"]) <= orch.progress.done]
-        with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, self.columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(kept)
+                # (a row cut short, by a full disk, has missing fields: dropped)
+                kept = [row for row in csv.DictReader(f)
+                        if None not in row.values() and int(row["round"]) <= orch.progress.done]
+        text = io.StringIO()  # rewritten whole and atomically: a failure (disk full) loses none of the kept rows
+        writer = csv.DictWriter(text, self.columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept)
+        write_output(self.path, text.getvalue(), "run_dir")
 
     def on_round_end(self, orch, record) -> None:
         with self.path.open("a", newline="") as f:

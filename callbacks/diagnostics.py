@@ -7,12 +7,14 @@ Costs one extra pass of `method.embed` over the data and one k-means per evaluat
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import torch
 
 from fedclust.data.dataset import to_float
 from fedclust.probes.diagnose import DIAGNOSTIC_KEYS, diagnose
+from fedclust.run_folder import write_output
 
 from .base import Callback
 
@@ -43,11 +45,14 @@ class Diagnostics(Callback):
         kept = []
         if self.path.exists():  # resumed: keep the rounds the checkpoint holds
             with self.path.open(newline="") as f:
-                kept = [row for row in csv.DictReader(f) if int(row["round"]) <= orch.progress.done]
-        with self.path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(kept)
+                # (a row cut short, by a full disk, has missing fields: dropped)
+                kept = [row for row in csv.DictReader(f)
+                        if None not in row.values() and int(row["round"]) <= orch.progress.done]
+        text = io.StringIO()  # rewritten whole and atomically: a failure (disk full) loses none of the kept rows
+        writer = csv.DictWriter(text, COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept)
+        write_output(self.path, text.getvalue(), "run_dir")
 
     def on_round_end(self, orch, record) -> None:
         if "nmi" not in record and "calinski_harabasz" not in record:  # not an evaluated round

@@ -23,13 +23,13 @@ sample, not on the 2-D picture.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from fedclust.clustering.metrics import calinski_harabasz
 from fedclust.federation.sampling import participants
+from fedclust.run_folder import write_json
 
 from .base import Callback
 
@@ -86,7 +86,7 @@ class EmbeddingPlot(Callback):
         png = self.folder / "embedding.png"
         draw(xy, clusters[pick], client[pick], xy_local, labels[seen], local, pooled, png)
         scored = [v for v in local.values() if v is not None]
-        (self.folder / "embedding.json").write_text(json.dumps({
+        write_json(self.folder / "embedding.json", {  # strict JSON: a score that could not be computed is null
             "points": int(len(pick)),
             "measure": "Calinski-Harabasz of the true labels, each client's samples embedded by its own local "
                        "model after its last local training (CCFC Fig. 5)",
@@ -96,7 +96,7 @@ class EmbeddingPlot(Callback):
             "calinski_harabasz_unscored_clients": unscored,
             "calinski_harabasz_predicted_global_per_client": predicted_global,
             "calinski_harabasz_predicted_global_mean": sum(predicted_global.values()) / max(len(predicted_global), 1),
-        }, indent=2))
+        })
         for logger in orch.fabric.loggers:
             if hasattr(logger, "log_image"):  # W&B
                 logger.log_image(key="embedding", images=[str(png)])

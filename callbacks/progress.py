@@ -1,8 +1,10 @@
-"""A rich progress bar over each round's clients, one summary line per round, and a final metrics table."""
+"""A rich progress bar over each round's clients, one summary line per round with the whole run's estimated
+remaining time, and a final metrics table."""
 
 from __future__ import annotations
 
 import math
+from time import perf_counter
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,13 +23,25 @@ def _shown(metric: str, value: float) -> str:
     return f"{value:.0f}" if metric in COUNTS and value == value else f"{value:.4f}"
 
 
+def duration(seconds: float) -> str:
+    """45s, 3m 05s, 2h 07m: a remaining time at the precision it deserves."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+
+
 class ProgressCallback(Callback):
     def __init__(self, console: Console | None = None):
         self.console = console or Console()
         self.progress: Progress | None = None
         self.task = None
+        self.started, self.first_round = 0.0, 0  # this process's start and first round: the pace of the rounds
 
     def on_fit_start(self, orch) -> None:
+        self.started, self.first_round = perf_counter(), orch.progress.done
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=self.console, transient=True)
         self.progress.start()
@@ -35,8 +49,10 @@ class ProgressCallback(Callback):
     def on_round_start(self, orch, ctx, clients) -> None:
         done = orch.progress.done + 1
         # escaped: rich would read "[pretrain 1/15]" as markup and drop it
+        left = self.remaining(orch)
         self.task = self.progress.add_task(
-            escape(f"round {done}/{orch.total_rounds} [{ctx.stage.name} {ctx.round + 1}/{ctx.stage.rounds}]"),
+            escape(f"round {done}/{orch.total_rounds} [{ctx.stage.name} {ctx.round + 1}/{ctx.stage.rounds}]"
+                   + ("" if left is None else f" run ~{duration(left)} left")),
             total=len(clients))
 
     def on_client_end(self, orch, client_id) -> None:
@@ -49,12 +65,27 @@ class ProgressCallback(Callback):
         stage = orch.stages[int(record["stage"])]
         seconds = (f"{record['seconds']:.1f}s (train {record['train_seconds']:.1f}, server "
                    f"{record['server_seconds']:.1f}, eval {record['eval_seconds']:.1f})")
+        left = self.remaining(orch)
+        eta = f"  ~{duration(left)} left" if left else ""
         self.console.print(f"round {record['round']:>4}/{orch.total_rounds} {stage.name} "
                            f"{int(record['stage_round']) + 1}/{stage.rounds}  {loss}{scores}  "
-                           f"clients {record['clients']}  {seconds}", markup=False, highlight=False)
+                           f"clients {record['clients']}  {seconds}{eta}", markup=False, highlight=False)
+
+    def remaining(self, orch) -> float | None:
+        """Seconds the whole run still needs: the mean wall time per round so far in this process (checkpoints and
+        evaluations included) times the rounds left; None before the first round has finished."""
+        timed = orch.progress.done - self.first_round
+        if timed <= 0:
+            return None
+        return (perf_counter() - self.started) / timed * (orch.total_rounds - orch.progress.done)
+
+    def close(self) -> None:
+        """End the live bar (it hides the cursor while it runs); also after a run that stopped early."""
+        if self.progress is not None:
+            self.progress.stop()
 
     def on_fit_end(self, orch) -> None:
-        self.progress.stop()
+        self.close()
         final = orch.progress.last_metrics
         if not final:
             return

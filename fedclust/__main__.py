@@ -101,8 +101,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedclust: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("fedclust: interrupted; the last checkpoint is kept (resume with --resume RUN_DIR)", file=sys.stderr)
+        print(f"fedclust: interrupted{_resume_hint(command)}", file=sys.stderr)
         return 130
+
+
+def _resume_hint(command: str) -> str:
+    """How to go on after Ctrl-C: for fit, the command that resumes THIS run, from the folder fit claimed."""
+    fit_module = sys.modules.get("fedclust.fit")  # imported only once a fit has started: nothing heavy here
+    folder = os.environ.get(fit_module.RUN_DIR_ENV) if command == "fit" and fit_module else None
+    if not folder:  # (an interrupted sweep says itself how to finish it)
+        return ""
+    if (Path(folder) / sys.modules["fedclust.run_folder"].CHECKPOINT).exists():
+        return f"; the last checkpoint is kept: resume with `fedclust fit --resume {folder}`"
+    if Path(folder).is_dir():
+        return f" before the first checkpoint of {folder}: nothing to resume, start the run again"
+    return " before the run wrote anything"
 
 
 if __name__ == "__main__":

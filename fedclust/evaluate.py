@@ -5,6 +5,7 @@ evaluation, FedMCC Tables III-IV)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -22,7 +23,7 @@ from fedclust.fit import load_run
 from fedclust.parsers import command_parser
 from fedclust.probes import ProbeData, knn_accuracy, linear_probe, probe_data
 from fedclust.run_checks import check_evaluate_settings, check_ks
-from fedclust.run_folder import check_writable, write_assignments, write_output
+from fedclust.run_folder import check_writable, write_assignments, write_json
 
 
 def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", data_name: str | None = None,
@@ -89,7 +90,7 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         metrics = grouped_cluster_metrics(clusters, z, groups, score=label_free_metrics)
     write_assignments(Path(output) if output else folder / f"assignments_{split}.csv", clusters, data,
                       "output" if output else "run")
-    write_output(folder / f"evaluate_{split}.json", json.dumps(metrics, indent=2), "run")
+    write_json(folder / f"evaluate_{split}.json", metrics, "run")
     table = Table(title=f"{folder.name}: {split} ({len(clusters)} samples)")
     for key in metrics:
         table.add_column("Kappa" if key == "kappa" else key.upper() if key in LABEL_METRICS else key.replace("_", " "),
@@ -127,7 +128,7 @@ def score_clients(folder: Path, clusters: torch.Tensor, data: FederatedData) -> 
                      **cluster_metrics(clusters[idx], labels[idx])})
     keys = [k for k in rows[0] if k not in ("client", "samples", "imbalance_ratio")]
     result = {"clients": rows, "mean": {k: sum(r[k] for r in rows) / len(rows) for k in keys}}
-    write_output(folder / "evaluate_per_client.json", json.dumps(result, indent=2), "run")
+    write_json(folder / "evaluate_per_client.json", result, "run")
     table = Table(title=f"{folder.name}: each client's own samples")
     for name in ("client", "samples", "IR", "NMI", "ACC", "ARI", "Kappa"):
         table.add_column(name, justify="right")
@@ -148,7 +149,7 @@ def probe_run(folder: Path, data: ProbeData, data_name: str, seed: int, knn: lis
                     "test_samples": len(data.test_y), "feature_dim": data.train_x.shape[1], "seed": seed,
                     "rounds": rounds}
     path = folder / "evaluate_probes.json"
-    earlier = json.loads(path.read_text()) if path.exists() else {}
+    earlier = _earlier_probes(path)
     if all(earlier.get(k) == v for k, v in result.items()):  # the same probe data: keep what it measured
         result = {**earlier, **result, "knn": dict(earlier.get("knn", {}))}
         if not result["knn"]:
@@ -161,7 +162,7 @@ def probe_run(folder: Path, data: ProbeData, data_name: str, seed: int, knn: lis
     if linear:
         result["linear"] = linear_probe(data.train_x, data.train_y, data.test_x, data.test_y, data.num_classes,
                                         seed=seed).as_dict()
-    write_output(path, json.dumps(result, indent=2), "run")
+    write_json(path, result, "run")
     table = Table(title=f"{folder.name}: probes, fit on train, scored on test", caption=data.split)
     table.add_column("probe")
     table.add_column("test accuracy", justify="right")
@@ -171,3 +172,18 @@ def probe_run(folder: Path, data: ProbeData, data_name: str, seed: int, knn: lis
         table.add_row("linear", f"{result['linear']['test_accuracy']:.4f}")
     Console().print(table)
     return result
+
+
+def _earlier_probes(path: Path) -> dict:
+    """The probe results an earlier evaluate saved, to merge with; a file that is not such a result (damaged, or
+    not written by fedclust) has nothing to merge and is replaced."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):  # missing, unreadable, not JSON
+        return {}
+    if not (isinstance(earlier, dict) and all(isinstance(earlier.get(k, {}), dict) for k in ("knn", "linear"))):
+        return {}
+    for key in ("knn", "linear"):  # a score saved as null (strict JSON has no NaN) is nan again
+        if key in earlier:
+            earlier[key] = {k: math.nan if v is None else v for k, v in earlier[key].items()}
+    return earlier

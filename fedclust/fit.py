@@ -9,8 +9,8 @@ checkpoints/last.ckpt, assignments.csv (index, client, label, cluster) and final
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ from typing import Literal, NamedTuple
 
 import torch
 import yaml
-from jsonargparse import ActionConfigFile, ArgumentParser
+from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser
 from lightning.fabric import Fabric
 from rich.console import Console
 
@@ -30,13 +30,16 @@ from fedclust.callbacks.diagnostics import Diagnostics
 from fedclust.callbacks.embedding_plot import EmbeddingPlot
 from fedclust.callbacks.loggers import FabricLogging, build_logger, require_logger
 from fedclust.callbacks.progress import ProgressCallback
+from fedclust.cli_errors import one_sentence
 from fedclust.clustering.kmeans import backend_in_use as kmeans_backend_in_use
 from fedclust.clustering.kmeans import set_backend as set_kmeans_backend
+from fedclust.config_files import check_config_file
 from fedclust.contract import FederatedMethod
 from fedclust.data import derived
 from fedclust.data.client_data import FederatedData
 from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
+from fedclust.errors import ConfigError, FedclustError
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.distributed import check_launcher, quiet_start_up, rank_zero_before_launch
 from fedclust.federation.orchestrator import Orchestrator
@@ -178,14 +181,15 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         if resume:
             orch.load_state_dict(resumed_state)
             console.print(f"resumed after round {orch.progress.done}")
-        elif leader:
-            (folder / "config.yaml").write_text(config_text or "")
-            (folder / "partition.txt").write_text(table + "\n")
+        elif leader:  # atomically: a write that fails (disk full) leaves no half config.yaml behind
+            run_folder.write_output(folder / "config.yaml", config_text or "", "run_dir")
+            run_folder.write_output(folder / "partition.txt", table + "\n", "run_dir")
             if info.has_labels:  # per client and class; data without labels have only partition.txt's sizes
                 run_folder.write_counts_csv(folder / "partition.csv", counts)
         if leader:  # only rank 0 logs and writes
+            bar = ProgressCallback(console)
             orch.callbacks = [CSVMetrics(folder / "metrics.csv"),
-                              Checkpoint(folder / CHECKPOINT, federation.checkpoint_every), ProgressCallback(console)]
+                              Checkpoint(folder / CHECKPOINT, federation.checkpoint_every), bar]
             if embedding_plot:
                 orch.callbacks.append(EmbeddingPlot(folder, embedding_points, seed))
             if diagnose:
@@ -196,11 +200,22 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             with (folder / "run.log").open("a") as log_file:
                 log_file.write(f"k-means backend: {backend}\n{arithmetic_line(precision, memory_format, why)}\n")
         with run_log(folder / "run.log") if leader else contextlib.nullcontext():
-            final = orch.run()
+            try:
+                final = orch.run()
+            finally:  # a run stopped by Ctrl-C or a failed write ends the live bar too: the terminal gets its cursor
+                if leader:
+                    bar.close()
+        failure = unusable_run(orch.progress.history, orch.stages, final)
+        if failure:  # nothing usable came out: no final.json or assignments.csv; the rounds stay in metrics.csv
+            if leader:
+                with (folder / "run.log").open("a") as log_file:
+                    log_file.write(f"run failed: {failure}\n")
+            raise FedclustError(f"the run in {folder} produced no usable model: {failure}; its rounds are in "
+                                "metrics.csv and run.log, and no final.json or assignments.csv was written.")
         if leader:
             run_folder.write_assignments(folder / "assignments.csv", orch.predict(), fed_data)
-            (folder / "final.json").write_text(json.dumps({"metrics": final, "rounds": orch.total_rounds,
-                                                           "world_size": fab.world_size}, indent=2))
+            run_folder.write_json(folder / "final.json", {"metrics": final, "rounds": orch.total_rounds,
+                                                           "world_size": fab.world_size})
 
     except BaseException:
         if claimed is not None and not (folder / "config.yaml").exists():
@@ -212,6 +227,34 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         if previous_backend is not None:
             set_kmeans_backend(previous_backend)
     return final
+
+
+def unusable_run(history: list[dict], stages: list, final: dict[str, float]) -> str | None:
+    """Why a finished run gave nothing usable, as a statement of fact, or None: a stage in which the engine left
+    out every client's update in every round (each was non-finite), or a final model with no finite score (it
+    assigns no cluster). Rounds where only some clients diverged, or every client was disconnected, are not this."""
+    all_rejected = [r for r in history if int(r.get("clients", 1)) == 0 and int(r.get("rejected", 0)) > 0]
+    lost_stages = [stage.name for index, stage in enumerate(stages) if stage.rounds
+                   and sum(int(r["stage"]) == index for r in all_rejected) == stage.rounds]
+    facts = []
+    if lost_stages:
+        rounds = _ranges([int(r["round"]) for r in all_rejected])
+        facts.append(f"every client update was non-finite in round{'s' if ',' in rounds or '-' in rounds else ''} "
+                     f"{rounds} (all of stage{'s' if len(lost_stages) > 1 else ''} {', '.join(lost_stages)})")
+    if not any(isinstance(v, (int, float)) and math.isfinite(v) for v in final.values()):
+        facts.append("the final model gives no finite clustering score (every final metric is NaN)")
+    return ", and ".join(facts) or None
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    spans: list[list[int]] = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def check_devices(fabric: FabricConfig) -> None:
@@ -263,8 +306,13 @@ def load_run(folder: Path, device: torch.device) -> SavedRun:
     """The saved global model of a run folder, with the data and partition it ran on: its config.yaml read with
     fit's parser, the pieces built as fit builds them, the checkpoint read with the safe loader."""
     check_saved_run(folder)  # also in fedclust.precheck
+    check_config_file(Path(folder) / "config.yaml", "run")  # untrusted: the check `fit --resume` makes, first
     state = load_checkpoint(Path(folder) / CHECKPOINT)  # untrusted: judged as soon as it is read, before any work
-    cfg = read_config(fit_parser(), Path(folder) / "config.yaml")
+    try:
+        cfg = read_config(fit_parser(), Path(folder) / "config.yaml")
+    except ArgumentError as error:
+        raise ConfigError("run", str(folder), "a run folder whose config.yaml `fedclust fit` can read "
+                          f"({one_sentence(str(error)).rstrip('.')})") from None
     method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
     data = build_federated_data(data_cfg, device, seed)
     setup_method(method, data, seed)

@@ -15,7 +15,10 @@ config.yaml with fit's parser.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import json
+import math
 import os
 import shutil
 import time
@@ -23,8 +26,11 @@ from pathlib import Path
 
 import torch
 
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, FedclustError
 from fedclust.run_checks import CHECKPOINT, LOCK, check_new_run_dir, check_resume_folder  # noqa: F401  (CHECKPOINT: read from here too)
+
+# a write that failed for want of room: disk full, quota exceeded, or the process's file-size limit (ulimit -f)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class RunFolder:
@@ -89,8 +95,8 @@ def resume(run_dir: str) -> RunFolder:
 
 
 def write_output(path: Path, text: str, field: str) -> None:
-    """Write a user-named output file atomically (temp file + rename: a failure never leaves half a file);
-    a place that cannot be written is one sentence naming `field`."""
+    """Write a user-named output file atomically (temp file + rename: a failure never leaves half a file, and
+    the file there before stays as it was); a place that cannot be written is one sentence naming `field`."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(field, str(path), "a file path, not a folder")
@@ -99,10 +105,43 @@ def write_output(path: Path, text: str, field: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text)
         os.replace(tmp, path)
-    except OSError as error:
+    except BaseException as error:  # an interruption too: no temp file is left behind
         if tmp.parent.is_dir():
             tmp.unlink(missing_ok=True)
-        raise ConfigError(field, str(path), f"a file this user can write ({error.strerror or error})") from None
+        if isinstance(error, OSError) and error.errno in NO_ROOM:
+            kept = "the earlier file is unchanged" if path.exists() else "nothing was written"
+            raise FedclustError(f"{path} could not be written ({error.strerror}); {kept}: free space and run "
+                                "again.") from None
+        if isinstance(error, OSError):
+            raise ConfigError(field, str(path), f"a file this user can write ({error.strerror or error})") from None
+        raise
+
+
+def json_text(value) -> str:
+    """Strict JSON (RFC 8259 has no NaN or Infinity, which Python's json module writes by default and most other
+    readers refuse): a non-finite float is written as null."""
+    return json.dumps(_finite_or_none(value), indent=2, allow_nan=False)
+
+
+def _finite_or_none(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
+
+
+def write_json(path: Path, value, field: str = "run_dir") -> None:
+    """`value` as strict JSON (json_text), written atomically (write_output)."""
+    write_output(path, json_text(value), field)
+
+
+def read_final_metrics(path: Path) -> dict[str, float]:
+    """The metrics of a final.json, null (a score that could not be computed) read back as nan."""
+    metrics = json.loads(Path(path).read_text())["metrics"]
+    return {key: math.nan if value is None else value for key, value in metrics.items()}
 
 
 def check_writable(path: Path, field: str) -> None:
@@ -146,7 +185,7 @@ def _mkdir(folder: Path, exist_ok: bool, field: str) -> bool:
 def write_counts_csv(path: Path, counts: torch.Tensor) -> None:
     header = "client," + ",".join(f"class_{c}" for c in range(counts.shape[1]))
     rows = [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(counts)]
-    path.write_text("\n".join([header, *rows]) + "\n")
+    write_output(path, "\n".join([header, *rows]) + "\n", "run_dir")
 
 
 def write_assignments(path: Path, clusters: torch.Tensor, data, field: str = "run_dir") -> None:

@@ -41,7 +41,7 @@ from rich.table import Table
 from fedclust.errors import ConfigError
 from fedclust.fit import fit_parser
 from fedclust.parsers import command_parser
-from fedclust.run_folder import CHECKPOINT
+from fedclust.run_folder import CHECKPOINT, read_final_metrics, write_json
 
 
 @dataclass
@@ -141,7 +141,7 @@ def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[in
         _set_aside_if_stale(root, point)
         if (root / point.name / "final.json").exists():
             point.status = "done"
-            point.metrics = json.loads((root / point.name / "final.json").read_text())["metrics"]
+            point.metrics = read_final_metrics(root / point.name / "final.json")
     todo = [p for p in points if p.status != "done"]
     console.print(f"sweep {root}: {len(points)} runs, {len(points) - len(todo)} already done, "
                   f"{len(slot_envs)} slot(s)")
@@ -219,7 +219,7 @@ def _run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, c
     point.seconds = time.perf_counter() - start
     if rc == 0 and (folder / "final.json").exists():
         point.status = "done"
-        point.metrics = json.loads((folder / "final.json").read_text())["metrics"]
+        point.metrics = read_final_metrics(folder / "final.json")
         console.print(f"[green]done[/] {point.name}: NMI {point.metrics.get('nmi', float('nan')):.4f} "
                       f"({point.seconds:.0f} s)")
     else:
@@ -269,10 +269,8 @@ class Ledger:
         self.path, self.points, self.lock = path, points, threading.Lock()
 
     def write(self) -> None:
-        with self.lock:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps([asdict(p) for p in self.points], indent=2))
-            os.replace(tmp, self.path)
+        with self.lock:  # strict JSON (a NaN score is null), atomically
+            write_json(self.path, [asdict(p) for p in self.points], "sweep_dir")
 
 
 def _summary(console: Console, points: list[Point]) -> None:

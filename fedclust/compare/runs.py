@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ import yaml
 
 from fedclust.compare.paper_numbers import method_label
 from fedclust.errors import ConfigError
+from fedclust.run_folder import read_final_metrics
 
 METRICS = ("nmi", "acc", "ari", "kappa", "purity")
 
@@ -74,7 +74,7 @@ def load_run_record(folder: Path) -> RunRecord:
     history = _read_metrics(folder / "metrics.csv")
     final_path = folder / "final.json"
     if final_path.exists():
-        final = json.loads(final_path.read_text())["metrics"]
+        final = read_final_metrics(final_path)
     else:  # a run still going: its last scored round
         scored = [r for r in history if not math.isnan(r.get("nmi", math.nan))]
         final = {k: scored[-1][k] for k in METRICS if k in scored[-1]} if scored else {}

@@ -21,7 +21,7 @@ from fedclust.data import catalog, derived, features, folder, hf, image_files
 from fedclust.data.catalog import DEBIAN_FASHION_MNIST  # noqa: F401  (where tests and users look for it)
 from fedclust.data.checks import check_data_name, check_data_options, loader_options
 from fedclust.data.dataset import Dataset
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, DataFileError
 from fedclust.seeding import generator
 
 SPLITS = ("all", "train", "test")
@@ -228,7 +228,33 @@ def load_dataset(name: str, root: str | None = None, split: str = "all", **optio
         raise ConfigError("data.split", split, "one of " + ", ".join(SPLITS))
     loader = DATASETS[name]
     check_data_options(name, options, loader_options(loader))
-    return loader(str(root) if root is not None else None, split, **options)
+    dataset = loader(str(root) if root is not None else None, split, **options)
+    check_finite(dataset)
+    return dataset
+
+
+FINITE_CHECK_ELEMENTS = 1 << 24  # values checked at a time: the check's temporary mask stays small (16 MiB)
+
+
+def check_finite(dataset: Dataset) -> None:
+    """Every data set, whichever loader made it, holds only finite values: a NaN or infinity would reach the models
+    and k-means and fail there with a library's traceback (or silently give NaN scores). Integer data (images)
+    cannot hold them; float data are checked a chunk of samples at a time."""
+    x = dataset.x
+    if not x.is_floating_point() or len(x) == 0:
+        return
+    rows = max(1, FINITE_CHECK_ELEMENTS // max(1, x[0].numel()))
+    bad, first = 0, None
+    for start in range(0, len(x), rows):
+        finite = torch.isfinite(x[start:start + rows].flatten(1)).all(dim=1)
+        if not finite.all():
+            where = torch.nonzero(~finite).flatten()
+            bad += len(where)
+            first = start + int(where[0]) if first is None else first
+    if bad:
+        raise DataFileError(f"data set {dataset.name!r} holds {bad} of {len(x)} samples with non-finite values "
+                            f"(NaN or infinite; the first is sample {first}): fedclust needs finite numbers, so drop "
+                            "or fill those samples")
 
 
 # Sets built from other sets of this registry: they get its loader from here (derived.py imports no registry).
