@@ -44,7 +44,7 @@ from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
 from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
-from fedclust.parsers import command_parser, read_config
+from fedclust.parsers import command_parser, objects_config, read_config
 from fedclust.resume import arithmetic_line, check_resume_overrides, started_arithmetic
 from fedclust.run_checks import check_device_count, check_embedding_points
 from fedclust.run_folder import CHECKPOINT
@@ -113,8 +113,12 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         diagnose: At every evaluated round, also write the representation's spectrum (effective rank, top-3
             variance share), its first direction's correlation with brightness, the cluster sizes and the NMI
             of k-means on the representation to diagnostics.csv (fedclust/probes/diagnose.py).
-        config_text: The resolved config to save (set by the command line).
+        config_text: The resolved config to save (the command line's); None (a call from Python) writes the one
+            these objects make (fedclust.parsers.objects_config), so every run folder can be re-loaded.
     """
+    if config_text is None:  # locals() holds fit's arguments alone here
+        config_text = objects_config(fit_parser(), {key: value for key, value in locals().items()
+                                                    if key != "config_text"})
     federation.validate()  # these checks that need no data also run in fedclust.precheck, before torch
     check_devices(fabric)
     check_hparams(method)  # again in setup_method; here before any folder exists
@@ -270,3 +274,4 @@ def load_run(folder: Path, device: torch.device) -> SavedRun:
 
 
 derived.use_run_loader(load_run)  # the representations data set reads saved runs through the run level
+
