@@ -4,6 +4,9 @@ its parser (typed from fit's signature), and a run folder brought back from what
 Run folder: config.yaml (resolved), partition.txt / partition.csv (per-client class counts; without labels
 partition.txt holds each client's size and there is no partition.csv), metrics.csv,
 checkpoints/last.ckpt, assignments.csv (index, client, label, cluster) and final.json.
+
+Called, this module is the Python API's fit: `fedclust.fit("quickstart", {"seed": 1})` returns a FitResult
+(fedclust/api.py, docs/python_api.md).
 """
 
 from __future__ import annotations
