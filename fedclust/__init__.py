@@ -1,5 +1,15 @@
-"""fedclust: federated clustering research on PyTorch Lightning + Fabric."""
+"""fedclust: federated clustering research on PyTorch Lightning + Fabric.
 
+The Python API (docs/python_api.md), imported on first use so that `import fedclust` (and the command line's
+`--help`) stays free of torch:
+
+    fedclust.fit(config, overrides, **objects) -> FitResult     a run from a config name/path or from objects
+    fedclust.FederatedClustering(method, n_clusters, ...)       scikit-learn-style: fit / fit_predict / predict
+    fedclust.DataConfig, FederationConfig, FabricConfig          the sections of a config, as objects
+    fedclust.FedclustError, ConfigError                          what every user error raises
+"""
+
+import importlib
 import os
 
 # FAISS and torch each bring an OpenMP runtime; with the default active waiting their idle threads spin
@@ -8,3 +18,30 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+# name -> the module that defines it. `fit` is the module fedclust.fit itself, which is callable (it answers
+# with fedclust.api.fit, see its end): Python rebinds `fedclust.fit` to that module as soon as anything imports it.
+_LAZY = {
+    "fit": "fedclust.fit",
+    "FitResult": "fedclust.api",
+    "FederatedClustering": "fedclust.estimator",
+    "DataConfig": "fedclust.data.config",
+    "FederationConfig": "fedclust.federation.config",
+    "FabricConfig": "fedclust.fit",
+    "FedclustError": "fedclust.errors",
+    "ConfigError": "fedclust.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    """The API's names, imported when first asked for (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'fedclust' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name])
+    return module if name == "fit" else getattr(module, name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -4,14 +4,20 @@ its parser (typed from fit's signature), and a run folder brought back from what
 Run folder: config.yaml (resolved), partition.txt / partition.csv (per-client class counts; without labels
 partition.txt holds each client's size and there is no partition.csv), metrics.csv,
 checkpoints/last.ckpt, assignments.csv (index, client, label, cluster) and final.json.
+
+Called, this module is the Python API's fit: `fedclust.fit("quickstart", {"seed": 1})` returns a FitResult
+(fedclust/api.py, docs/python_api.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import os
+import sys
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +52,7 @@ from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
 from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
-from fedclust.parsers import command_parser, read_config
+from fedclust.parsers import command_parser, objects_config, read_config
 from fedclust.resume import arithmetic_line, check_resume_overrides, started_arithmetic
 from fedclust.run_checks import (
     check_cuda_request,
@@ -121,8 +127,12 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         diagnose: At every evaluated round, also write the representation's spectrum (effective rank, top-3
             variance share), its first direction's correlation with brightness, the cluster sizes and the NMI
             of k-means on the representation to diagnostics.csv (fedclust/probes/diagnose.py).
-        config_text: The resolved config to save (set by the command line).
+        config_text: The resolved config to save (the command line's); None (a call from Python) writes the one
+            these objects make (fedclust.parsers.objects_config), so every run folder can be re-loaded.
     """
+    if config_text is None:  # locals() holds fit's arguments alone here
+        config_text = objects_config(fit_parser(), {key: value for key, value in locals().items()
+                                                    if key != "config_text"})
     federation.validate()  # these checks that need no data also run in fedclust.precheck, before torch
     check_devices(fabric)
     check_hparams(method)  # again in setup_method; here before any folder exists
@@ -322,3 +332,23 @@ def load_run(folder: Path, device: torch.device) -> SavedRun:
 
 
 derived.use_run_loader(load_run)  # the representations data set reads saved runs through the run level
+
+
+class _CallableModule(types.ModuleType):
+    """`fedclust.fit(...)` is the Python API's fit (fedclust/api.py), although `fedclust.fit` is also this module
+    (whose `fit` the command line calls): once a submodule is imported Python binds the package's attribute to
+    it, so the module itself answers the call."""
+
+    def __call__(self, *args, **kwargs):
+        from fedclust.api import fit as api_fit
+
+        return api_fit(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:  # what a notebook shows for fedclust.fit
+        from fedclust.api import fit as api_fit
+
+        return inspect.signature(api_fit)
+
+
+sys.modules[__name__].__class__ = _CallableModule

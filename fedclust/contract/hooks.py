@@ -9,6 +9,7 @@ each one. Where a hook is called in a round:
                 -> aggregation_weights(ctx)
     server: aggregate(averaged weights, updates, round) -> the new global model and server_state()
     evaluation: predict(data, client states) (default: assign per batch), embed(x), metric_groups(data)
+    the Python API (fedclust/api.py): global_centroids()
 """
 
 from __future__ import annotations
@@ -100,6 +101,15 @@ class OptionalHooks:
 
     def load_server_state(self, state: dict[str, Any]) -> None:
         """Restore what server_state returned (resume, evaluate)."""
+
+    def global_centroids(self) -> Tensor | None:
+        """The global cluster centres, one row per cluster in the space `embed` maps to (the input itself for
+        the classic methods), or None for a method without centres (UIFCA, the cluster-head methods). Read by
+        the Python API (FitResult.centroids, FederatedClustering.cluster_centers_), never by the engine. The
+        default finds them under server_state()'s conventional key "centroids"; a method keeping them under
+        another key overrides this."""
+        centroids = self.server_state().get("centroids")
+        return centroids if isinstance(centroids, Tensor) else None
 
     # --- evaluation -----------------------------------------------------------------------------
     def embed(self, x: Tensor) -> Tensor:
