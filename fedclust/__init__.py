@@ -19,15 +19,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 
-# name -> the module that defines it. `fit` is the module fedclust.fit itself, which is callable (it answers
-# with fedclust.api.fit, see its end): Python rebinds `fedclust.fit` to that module as soon as anything imports it.
+# name -> the module that defines it (the command line's `fit` command lives in fedclust/run.py, so that no
+# submodule shadows the API's `fedclust.fit`)
 _LAZY = {
-    "fit": "fedclust.fit",
+    "fit": "fedclust.api",
     "FitResult": "fedclust.api",
     "FederatedClustering": "fedclust.estimator",
     "DataConfig": "fedclust.data.config",
     "FederationConfig": "fedclust.federation.config",
-    "FabricConfig": "fedclust.fit",
+    "FabricConfig": "fedclust.run",
     "FedclustError": "fedclust.errors",
     "ConfigError": "fedclust.errors",
 }
@@ -40,7 +40,7 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'fedclust' has no attribute {name!r}")
     module = importlib.import_module(_LAZY[name])
-    return module if name == "fit" else getattr(module, name)
+    return getattr(module, name)
 
 
 def __dir__() -> list[str]:

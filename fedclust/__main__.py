@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _resume_hint(command: str) -> str:
     """How to go on after Ctrl-C: for fit, the command that resumes THIS run, from the folder fit claimed."""
-    fit_module = sys.modules.get("fedclust.fit")  # imported only once a fit has started: nothing heavy here
+    fit_module = sys.modules.get("fedclust.run")  # imported only once a fit has started: nothing heavy here
     folder = os.environ.get(fit_module.RUN_DIR_ENV) if command == "fit" and fit_module else None
     if not folder:  # (an interrupted sweep says itself how to finish it)
         return ""

@@ -9,7 +9,7 @@ bad name or value is the same one-sentence FedclustError, raised (never printed,
 gets the same resolved config.yaml, which `fedclust evaluate --run` and `fedclust fit --resume` read. An object
 passed in is the one that trains (`FitResult.model` is it).
 
-The run folder is claimed here rather than inside fedclust.fit.fit, so that its path is known before the run
+The run folder is claimed here rather than inside fedclust.run.fit, so that its path is known before the run
 (fedclust/estimator.py's config names the place of its arrays in it) and after it (fit returns only the metrics).
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import shutil
@@ -31,15 +32,18 @@ from jsonargparse import ArgumentError
 from fedclust import run_folder
 from fedclust.callbacks.csv_metrics import read_metrics
 from fedclust.cli_errors import one_sentence
-from fedclust.config_files import FIT_KEYS, nearest, resolve_config
+from fedclust.config_files import nearest, resolve_config
 from fedclust.contract import FederatedMethod
 from fedclust.errors import ConfigError, FedclustError
 from fedclust.federation.distributed import rank_zero_before_launch
-from fedclust.fit import RUN_DIR_ENV, fit_parser
 from fedclust.parsers import describe, parse, resolved_config
+from fedclust.run import RUN_DIR_ENV, fit_parser
+from fedclust.run import fit as run_fit
 from fedclust.run_folder import LOCK
 
 ASSIGNMENT_COLUMNS = ("index", "client", "label", "cluster")
+# the command line's fit() arguments a caller may pass as keywords (config_text is the command line's own)
+FIT_KEYS = tuple(name for name in inspect.signature(run_fit).parameters if name != "config_text")
 
 
 @dataclass(repr=False)
@@ -75,7 +79,7 @@ class FitResult:
 
 @dataclass
 class Call:
-    """fedclust.fit.fit's arguments as objects, and the resolved config the run folder keeps."""
+    """fedclust.run.fit's arguments as objects, and the resolved config the run folder keeps."""
 
     init: dict[str, Any]
     text: str
@@ -91,7 +95,7 @@ def fit(config: str | os.PathLike | None = None, overrides: Mapping[str, Any] | 
         overrides: Dotted keys and values applied last, as on the command line: {"federation.rounds": 3,
             "data.p": 0.5, "method.init_args.lam": 0.01, "seed": 1}. A key inside a section given as an object
             is refused (set it on the object).
-        **objects: Any argument of `fedclust fit` (fedclust/fit.py): method (a FederatedMethod), data
+        **objects: Any argument of `fedclust fit` (fedclust/run.py): method (a FederatedMethod), data
             (DataConfig), federation (FederationConfig), fabric (FabricConfig), seed, runs_dir, run_dir,
             resume, progress, logger, name, ...
 
@@ -128,8 +132,6 @@ def resolve(config: str | os.PathLike | None, overrides: Mapping[str, Any] | Non
 
 def run(call: Call, folder: Path | None = None) -> FitResult:
     """Run a resolved call in `folder` (claimed here when None and the call names no run_dir or resume)."""
-    from fedclust.fit import fit as fit_run
-
     init = dict(call.init)
     leader = rank_zero_before_launch()  # a process Lightning launches for DDP claims nothing
     with contextlib.ExitStack() as stack:
@@ -137,13 +139,13 @@ def run(call: Call, folder: Path | None = None) -> FitResult:
             folder = stack.enter_context(new_run_folder(init["runs_dir"], run_prefix(init)))
         if folder is not None and init["resume"] is None:
             init["run_dir"] = str(folder)  # config.yaml keeps run_dir as the call gave it (unset: null)
-        metrics = fit_run(**init, config_text=call.text)
+        metrics = run_fit(**init, config_text=call.text)
     where = Path(init["resume"] or init["run_dir"] or os.environ.get(RUN_DIR_ENV, ""))
     return result_of(where, init["method"], metrics, leader)
 
 
 def run_prefix(init: dict) -> str:
-    """The run folder's name before its time stamp, as fedclust.fit.fit names it."""
+    """The run folder's name before its time stamp, as fedclust.run.fit names it."""
     return init["name"] or f"{type(init['method']).__name__.lower()}_{init['data'].name}"
 
 

@@ -19,7 +19,7 @@ from fedclust.parsers import parse, resolved_config
 def parser(command: str) -> ArgumentParser:
     """The parser of fit, evaluate, sweep or compare."""
     if command == "fit":
-        from fedclust.fit import fit_parser as build
+        from fedclust.run import fit_parser as build
     elif command == "evaluate":
         from fedclust.evaluate import evaluate_parser as build
     elif command == "sweep":
@@ -39,7 +39,7 @@ def run(command: str, args: list[str]) -> int:
     except ArgumentError as error:
         raise FedclustError(one_sentence(str(error), built)) from None
     if command == "fit":
-        from fedclust.fit import fit
+        from fedclust.run import fit
 
         init, text = resolved_config(built, cfg)
         fit(**init, config_text=text)

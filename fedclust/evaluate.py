@@ -19,9 +19,9 @@ from fedclust.data.checks import check_data_name
 from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import DATASETS, load_dataset
 from fedclust.errors import ConfigError
-from fedclust.fit import load_run
 from fedclust.parsers import command_parser
 from fedclust.probes import ProbeData, knn_accuracy, linear_probe, probe_data
+from fedclust.run import load_run
 from fedclust.run_checks import check_evaluate_settings, check_ks
 from fedclust.run_folder import check_writable, write_assignments, write_json
 

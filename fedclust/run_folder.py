@@ -9,7 +9,7 @@
   method), the folder it created is removed again, and so are the parents it created (an empty runs/):
   a rejected config leaves nothing behind.
 
-It knows no parser and no command: a run is brought back from its folder by fedclust.fit.load_run, which reads
+It knows no parser and no command: a run is brought back from its folder by fedclust.run.load_run, which reads
 config.yaml with fit's parser.
 """
 

@@ -39,8 +39,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fedclust.errors import ConfigError
-from fedclust.fit import fit_parser
 from fedclust.parsers import command_parser
+from fedclust.run import fit_parser
 from fedclust.run_folder import CHECKPOINT, read_final_metrics, write_json
 
 

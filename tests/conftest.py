@@ -3,8 +3,8 @@ import pytest
 import fedclust  # noqa: F401  (sets OMP_WAIT_POLICY before torch and FAISS load)
 from fedclust.data.config import DataConfig
 from fedclust.federation.config import FederationConfig
-from fedclust.fit import FabricConfig
 from fedclust.methods import CCFC
+from fedclust.run import FabricConfig
 
 
 def tiny_ccfc(cls=CCFC, **kw) -> CCFC:
@@ -25,7 +25,7 @@ def tiny_data(**kw) -> DataConfig:
 @pytest.fixture
 def run_fit(tmp_path):
     """fit() on CPU without progress output, in a fresh run folder under tmp_path."""
-    from fedclust.fit import fit
+    from fedclust.run import fit
 
     def _run(method, data=None, federation=None, folder="run", **kw):
         fabric = kw.pop("fabric", None) or FabricConfig(accelerator="cpu")

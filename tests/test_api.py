@@ -18,9 +18,9 @@ from fedclust.__main__ import main
 from fedclust.contract import FederatedMethod, Stage
 from fedclust.errors import FedclustError
 from fedclust.federation.config import FederationConfig
-from fedclust.fit import FabricConfig, fit_parser
 from fedclust.methods import CCFC, KFED
 from fedclust.parsers import init_arguments, parse, read_config, resolved_config
+from fedclust.run import FabricConfig, fit_parser
 from tests.conftest import tiny_ccfc, tiny_data
 from tests.helpers.tiny import interrupted_after_round
 
@@ -56,13 +56,13 @@ def test_import_fedclust_stays_free_of_torch_and_names_the_api():
     assert result.returncode == 0, result.stderr
 
 
-def test_fedclust_fit_is_the_api_although_the_module_fedclust_fit_is_imported():
+def test_fedclust_fit_is_the_api_and_the_command_lines_fit_is_in_run():
     import inspect
 
-    import fedclust.fit as module
+    import fedclust.run as module
 
-    assert fedclust.fit is module and callable(fedclust.fit)  # Python bound the package attribute to the module
-    assert callable(module.fit) and "config_text" in inspect.signature(module.fit).parameters  # the CLI's fit
+    assert callable(fedclust.fit) and fedclust.fit is not module.fit
+    assert "config_text" in inspect.signature(module.fit).parameters  # the CLI's fit
     assert list(inspect.signature(fedclust.fit).parameters)[:2] == ["config", "overrides"]
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         fedclust.nothing  # noqa: B018
@@ -103,7 +103,7 @@ def test_fit_from_objects_trains_them_and_writes_a_config_that_rebuilds_them(tmp
 
 
 def test_the_fit_the_command_line_calls_also_writes_the_complete_config(run_fit, tmp_path):
-    """fedclust.fit.fit called from Python without config_text (tests, scripts) used to write an empty
+    """fedclust.run.fit called from Python without config_text (tests, scripts) used to write an empty
     config.yaml, which `fedclust evaluate` refused with a traceback."""
     method = tiny_ccfc()
     run_fit(method, tiny_data(), FederationConfig(rounds=1))

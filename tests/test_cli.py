@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from fedclust.__main__ import main
-from fedclust.fit import fit_parser
+from fedclust.run import fit_parser
 from tests.helpers.tiny import CLI_TINY as TINY
 
 CONFIGS = sorted(Path(__file__).parents[1].glob("configs/*.yaml"))

@@ -131,7 +131,7 @@ def _real_refuses(argv: list[str]) -> bool:
         if command == "evaluate":
             import torch
 
-            from fedclust.fit import load_run
+            from fedclust.run import load_run
 
             load_run(Path(cfg.run), torch.device("cpu"))
         elif command == "compare":
@@ -141,7 +141,7 @@ def _real_refuses(argv: list[str]) -> bool:
             if Path(cfg.output).is_dir():
                 return True
         elif command == "sweep":
-            from fedclust.fit import fit_parser
+            from fedclust.run import fit_parser
             from fedclust.sweep import expand, parse_grid
 
             fit = fit_parser()
@@ -223,7 +223,7 @@ def test_valid_commands_pass_the_precheck_and_the_real_parser(files, fresh_proce
 def test_every_packaged_config_and_its_resolved_dump_pass(tmp_path, fresh_process, monkeypatch):
     """The packaged configs, and what a run folder's config.yaml holds (`fit --resume` reads it back), with
     every known data set where the precheck looks for it (their sizes are the official ones)."""
-    from fedclust.fit import fit_parser
+    from fedclust.run import fit_parser
 
     monkeypatch.setenv("FEDCLUST_DATA_ROOT", str(write_known_data(tmp_path / "data")))
     monkeypatch.chdir(tmp_path)  # the configs that name a root name ./data

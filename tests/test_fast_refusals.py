@@ -123,8 +123,8 @@ def files(tmp_path_factory) -> Path:
 
 def _resolved(config: str, *overrides: str) -> str:
     """A packaged config as fit() saves it in a run folder (what --resume and evaluate read back)."""
-    from fedclust.fit import fit_parser
     from fedclust.parsers import parse
+    from fedclust.run import fit_parser
 
     parser = fit_parser()
     args = ["--config", str(packaged_configs()[config]), *overrides]
@@ -185,7 +185,7 @@ def test_the_run_says_the_same_and_leaves_nothing(files, without_first_pass, tmp
 def test_a_late_refusal_removes_the_runs_folder_it_made(run_fit, tmp_path, monkeypatch):
     """A refusal the first pass cannot make (a data set it does not know) still leaves no empty runs/ behind."""
     from fedclust.errors import ConfigError
-    from fedclust.fit import fit
+    from fedclust.run import fit
     from tests.conftest import tiny_ccfc, tiny_data
 
     monkeypatch.chdir(tmp_path)

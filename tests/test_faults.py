@@ -21,7 +21,7 @@ from fedclust.data import datasets
 from fedclust.errors import DataFileError, FedclustError
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
-from fedclust.fit import unusable_run
+from fedclust.run import unusable_run
 from fedclust.run_folder import json_text, read_final_metrics, write_json
 from tests.conftest import tiny_ccfc, tiny_data
 

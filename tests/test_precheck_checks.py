@@ -142,7 +142,7 @@ def test_edge_values_pass_the_precheck_and_the_run(fresh_process, argv):
     from fedclust import parsers
     from fedclust.data.config import build_federated_data
     from fedclust.federation.setup import check_hparams
-    from fedclust.fit import check_devices, fit_parser
+    from fedclust.run import check_devices, fit_parser
     from fedclust.run_checks import check_embedding_points
 
     args = expand_config_args(argv)[1:]

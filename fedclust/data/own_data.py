@@ -20,7 +20,7 @@ import torch
 from fedclust.errors import ConfigError, DataFileError
 
 if TYPE_CHECKING:  # datasets.py imports the loaders that import this module
-    from fedclust.data.datasets import Dataset
+    from fedclust.data.dataset import Dataset
 
 
 def check_no_test(name: str, split: str) -> None:
@@ -105,7 +105,7 @@ def feature_matrix(columns: Mapping[str, np.ndarray], source: str) -> np.ndarray
 def own_dataset(name: str, x: np.ndarray, labels=None, clients=None, is_image: bool = False,
                 source: str = "", label_option: str = "label_column", client_option: str = "client_column") -> Dataset:
     """A Dataset of the samples `x` with optional label and client ids (any values; None: the data have none)."""
-    from fedclust.data.datasets import Dataset
+    from fedclust.data.dataset import Dataset
 
     n = len(x)
     for option, ids in ((label_option, labels), (client_option, clients)):

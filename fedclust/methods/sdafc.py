@@ -144,7 +144,7 @@ def recluster(saved, clusterer: Literal["kmeans", "fcm"]) -> dict[str, float]:
     so the result equals a fresh run with that clusterer (GAN training does not depend on it) at the cost
     of the server step only. Returns the metrics of every sample.
 
-    `saved` is the run brought back by `fedclust.fit.load_run(folder, device)` (a method never
+    `saved` is the run brought back by `fedclust.run.load_run(folder, device)` (a method never
     reads run folders itself)."""
     from fedclust.clustering.metrics import cluster_metrics
 

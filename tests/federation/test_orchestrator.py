@@ -8,7 +8,7 @@ from fedclust.callbacks.csv_metrics import read_metrics
 from fedclust.contract import LOCAL_WEIGHTS, OPTIMIZER
 from fedclust.federation import orchestrator as orch_module
 from fedclust.federation.config import FederationConfig
-from fedclust.fit import fit
+from fedclust.run import fit
 from tests.conftest import tiny_ccfc, tiny_data
 from tests.helpers.tiny import build, interrupted_after_round
 

@@ -134,7 +134,7 @@ def tiny_run_config(method, data) -> str:
     """The config.yaml text `fedclust fit` would save for this method and data (run_fit alone saves none, and
     `evaluate` rebuilds the run from it)."""
 
-    from fedclust.fit import fit_parser
+    from fedclust.run import fit_parser
 
     parser = fit_parser()
     cfg = parser.parse_object({"method": {"class_path": f"{type(method).__module__}.{type(method).__name__}",

@@ -144,7 +144,7 @@ def test_recluster_equals_a_fresh_run_with_the_other_clusterer(tmp_path):
     assert main(["fit", "--config", "configs/sdafc_km_fmnist.yaml", *common, "--run_dir", str(tmp_path / "km")]) == 0
     assert main(["fit", "--config", "configs/sdafc_fcm_fmnist.yaml", *common, "--run_dir", str(tmp_path / "fcm")]) == 0
     fresh = json.loads((tmp_path / "fcm" / "final.json").read_text())["metrics"]
-    from fedclust.fit import load_run
+    from fedclust.run import load_run
 
     def saved():
         return load_run(tmp_path / "km", torch.device("cpu"))

@@ -40,7 +40,7 @@ def test_training_step_and_load_keep_the_layout():
 def test_fit_option_runs_a_conv_method_in_channels_last_with_the_same_metrics(run_fit, tmp_path, monkeypatch):
     """`--fabric.memory_format channels_last`: the run's convolutions see NHWC inputs; the metrics equal the
     default layout's up to float rounding."""
-    from fedclust.fit import FabricConfig
+    from fedclust.run import FabricConfig
     from tests.helpers.tiny import tiny_method_and_data
 
     seen = []

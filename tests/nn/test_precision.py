@@ -82,8 +82,8 @@ def test_a_resumed_run_keeps_the_arithmetic_it_started_in(run_fit, native_cpu_bf
     """auto is resolved once, when the run starts: resumed on a machine without native bf16, it stays in bf16."""
     from lightning.fabric import Fabric
 
-    from fedclust.fit import FabricConfig, fit
     from fedclust.resume import started_arithmetic
+    from fedclust.run import FabricConfig, fit
 
     native_cpu_bf16(True)
     run_fit(tiny_ccfc(backbone="convnet28", batch_size=32))

@@ -12,12 +12,9 @@ Called, this module is the Python API's fit: `fedclust.fit("quickstart", {"seed"
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import math
 import os
-import sys
-import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,23 +329,3 @@ def load_run(folder: Path, device: torch.device) -> SavedRun:
 
 
 derived.use_run_loader(load_run)  # the representations data set reads saved runs through the run level
-
-
-class _CallableModule(types.ModuleType):
-    """`fedclust.fit(...)` is the Python API's fit (fedclust/api.py), although `fedclust.fit` is also this module
-    (whose `fit` the command line calls): once a submodule is imported Python binds the package's attribute to
-    it, so the module itself answers the call."""
-
-    def __call__(self, *args, **kwargs):
-        from fedclust.api import fit as api_fit
-
-        return api_fit(*args, **kwargs)
-
-    @property
-    def __signature__(self) -> inspect.Signature:  # what a notebook shows for fedclust.fit
-        from fedclust.api import fit as api_fit
-
-        return inspect.signature(api_fit)
-
-
-sys.modules[__name__].__class__ = _CallableModule
