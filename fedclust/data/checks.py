@@ -57,6 +57,14 @@ def check_classes_per_partition(num_classes_per_partition, class_assignment_mode
         raise ConfigError("data.class_assignment_mode", class_assignment_mode, valid)
 
 
+def check_subsample(size, available: int | None = None) -> None:
+    """data.subsample: a positive number of samples, at most the split's (when known)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError("data.subsample", size, "a positive number of samples, or null for all of them")
+    if available is not None and size > available:
+        raise ConfigError("data.subsample", size, f"at most the {available} samples of the split")
+
+
 DEFAULT_NUM_CLIENTS = 10  # data.num_clients left unset, for the simulated partitions
 
 

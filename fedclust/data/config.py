@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-from fedclust.data.checks import check_data_settings, simulated_num_clients
+from fedclust.data.checks import check_data_settings, check_subsample, simulated_num_clients
 from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import Dataset, load_dataset
 from fedclust.data.partition import (
@@ -20,6 +21,7 @@ from fedclust.data.partition import (
     natural_partition,
 )
 from fedclust.errors import ConfigError
+from fedclust.seeding import generator
 
 # Bytes of device memory the samples may take before they stay on the host (DataLoader path).
 DEVICE_DATA_BUDGET = 4 * 2**30
@@ -37,6 +39,9 @@ class DataConfig:
         root: Folder holding the data set files (torchvision layout); for folder the image folder, for features
             the file, for hf the hub name or folder. None uses the default places.
         split: "all" concatenates train and test (what the papers do), or "train" / "test" alone.
+        subsample: Keep a random subset of this many samples of the split, the same subset for every seed (e.g.
+            10,000 images of Fashion-MNIST's training split, to choose settings on other images than the test
+            split a method is reported on); None keeps every sample.
         num_clients: Number of clients; None (default): 10 for the simulated partitions, and for natural the
             number of distinct client ids in the data (a number given must equal it).
         partition: pshift (CCFC's p scheme), iid, dirichlet or pathological (flwr-datasets meanings),
@@ -63,6 +68,7 @@ class DataConfig:
     name: str = "digits"
     root: str | None = None
     split: Literal["all", "train", "test"] = "all"
+    subsample: int | None = None
     num_clients: int | None = None
     partition: Literal["pshift", "iid", "iid_balanced", "dirichlet", "pathological", "natural"] = "pshift"
     p: float = 0.0
@@ -90,6 +96,15 @@ class DataConfig:
         raise ConfigError("data.partition", self.partition, "one of pshift, iid, iid_balanced, dirichlet, pathological")
 
 
+def subsample(dataset: Dataset, size: int) -> Dataset:
+    """A random subset of ``size`` samples in data order, drawn by a generator that depends on nothing of the run
+    (so every seed and method sees the same images)."""
+    check_subsample(size, len(dataset))
+    keep = torch.randperm(len(dataset), generator=generator(0, "data.subsample"))[:size].sort().values
+    return dataclasses.replace(dataset, x=dataset.x[keep], y=dataset.y[keep], split=dataset.split[keep],
+                               clients=None if dataset.clients is None else dataset.clients[keep])
+
+
 def split_into_clients(cfg: DataConfig, dataset: Dataset, seed: int) -> list[Tensor]:
     """Each client's sample indices: the clients the data name (natural), or a simulated partition."""
     if cfg.partition == "natural":
@@ -108,6 +123,8 @@ def build_federated_data(cfg: DataConfig, device: torch.device, seed: int) -> Fe
     check_data_settings(cfg.partition, cfg.num_clients, cfg.p, cfg.alpha, cfg.min_partition_size,
                         cfg.num_classes_per_partition, cfg.class_assignment_mode)  # also in fedclust.precheck
     dataset = load_dataset(cfg.name, root=cfg.root, split=cfg.split, **cfg.options)
+    if cfg.subsample is not None:
+        dataset = subsample(dataset, cfg.subsample)
     parts = split_into_clients(cfg, dataset, seed)
     empty = [i for i, part in enumerate(parts) if len(part) == 0]
     if empty:

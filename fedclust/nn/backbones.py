@@ -19,18 +19,30 @@ BACKBONES = (
 )
 
 
+def norm2d(kind: str, channels: int) -> nn.Module:
+    """BatchNorm2d ("batch") or GroupNorm with 8 groups ("group"). GroupNorm normalises each sample on its own, so
+    what a client learns does not depend on the mix of its batches: under label skew BatchNorm trains on one-class
+    batch statistics and is scored with averaged ones (Hsieh et al., "The Non-IID Data Quagmire", ICML 2020)."""
+    if kind == "batch":
+        return nn.BatchNorm2d(channels)
+    if kind == "group":
+        return nn.GroupNorm(8, channels)
+    raise ConfigError("method.norm", kind, "batch or group")
+
+
 class ConvNet28(nn.Module):
-    """CCFC's encoder trunk: 3 x [Conv(k4, s2, p1) + BatchNorm2d + LeakyReLU(0.2)], 64/128/256 channels.
+    """CCFC's encoder trunk: 3 x [Conv(k4, s2, p1) + BatchNorm2d + LeakyReLU(0.2)], 64/128/256 channels
+    (``norm="group"``: GroupNorm instead of BatchNorm).
 
     On 1x28x28 input the output is 256x3x3 flattened (``out_dim`` 2304); 8x8 gives 256, 32x32 gives 4096.
     """
 
-    def __init__(self, in_channels: int = 1, input_size: int = 28):
+    def __init__(self, in_channels: int = 1, input_size: int = 28, norm: str = "batch"):
         super().__init__()
         layers: list[nn.Module] = []
         size, c_in = input_size, in_channels
         for c_out in (64, 128, 256):
-            layers += [nn.Conv2d(c_in, c_out, 4, 2, 1), nn.BatchNorm2d(c_out), nn.LeakyReLU(0.2)]
+            layers += [nn.Conv2d(c_in, c_out, 4, 2, 1), norm2d(norm, c_out), nn.LeakyReLU(0.2)]
             size, c_in = (size + 2 - 4) // 2 + 1, c_out
         if size < 1:
             raise ConfigError("data.input_size", input_size, "at least 8 pixels for convnet28")
@@ -42,14 +54,16 @@ class ConvNet28(nn.Module):
 
 
 class MLPBackbone(nn.Module):
-    """``depth`` x [Linear + BatchNorm1d + ReLU] on flattened input; ``out_dim`` = ``hidden``."""
+    """``depth`` x [Linear + BatchNorm1d (LayerNorm with ``norm="group"``) + ReLU] on flattened input; ``out_dim`` =
+    ``hidden``."""
 
-    def __init__(self, in_features: int, hidden: int = 512, depth: int = 2):
+    def __init__(self, in_features: int, hidden: int = 512, depth: int = 2, norm: str = "batch"):
         super().__init__()
         layers: list[nn.Module] = [nn.Flatten()]
         d = in_features
         for _ in range(depth):
-            layers += [nn.Linear(d, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True)]
+            normal = nn.BatchNorm1d(hidden) if norm == "batch" else nn.LayerNorm(hidden)
+            layers += [nn.Linear(d, hidden), normal, nn.ReLU(inplace=True)]
             d = hidden
         self.net = nn.Sequential(*layers)
         self.out_dim = d
@@ -58,7 +72,7 @@ class MLPBackbone(nn.Module):
         return self.net(x)
 
 
-def resnet(depth: int = 18, in_channels: int = 3, cifar_stem: bool = False) -> nn.Module:
+def resnet(depth: int = 18, in_channels: int = 3, cifar_stem: bool = False, norm: str = "batch") -> nn.Module:
     """A randomly initialised torchvision ResNet-18/34/50 without its classifier (``fc`` = Identity).
 
     ``cifar_stem`` swaps the 7x7/2 conv + max-pool stem for a 3x3/1 conv and no pool (the usual choice
@@ -68,7 +82,9 @@ def resnet(depth: int = 18, in_channels: int = 3, cifar_stem: bool = False) -> n
                 50: torchvision.models.resnet50}
     if depth not in builders:
         raise ConfigError("method.backbone", f"resnet{depth}", "resnet depth 18, 34 or 50")
-    net = builders[depth](weights=None)
+    norm2d(norm, 8)  # an unknown kind is refused here
+    layer = None if norm == "batch" else (lambda channels: nn.GroupNorm(32, channels))
+    net = builders[depth](weights=None, norm_layer=layer)
     if cifar_stem:
         net.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
         net.maxpool = nn.Identity()
@@ -97,11 +113,12 @@ class Resized(nn.Module):
 
 
 def build_backbone(name: str, in_channels: int, input_size: int | None, in_features: int | None = None,
-                   resize: int | None = None) -> nn.Module:
+                   resize: int | None = None, norm: str = "batch") -> nn.Module:
     """The backbone called ``name`` (one of ``BACKBONES``) for the given input shape.
 
     ``input_size`` is the side of square images (None for vector data, then ``in_features`` is needed
-    by "mlp"); ``resize`` wraps the net in :class:`Resized` so inputs are resized first.
+    by "mlp"); ``resize`` wraps the net in :class:`Resized` so inputs are resized first; ``norm`` "group" puts
+    GroupNorm where the net has BatchNorm (convnet28 and mlp: LayerNorm there; ResNets: GroupNorm, 32 groups).
     """
     if name not in BACKBONES:
         raise ConfigError("method.backbone", name, "one of " + ", ".join(BACKBONES))
@@ -109,16 +126,16 @@ def build_backbone(name: str, in_channels: int, input_size: int | None, in_featu
     if name == "convnet28":
         if size is None:
             raise ConfigError("data.input_size", input_size, "an image side length for convnet28")
-        net: nn.Module = ConvNet28(in_channels, size)
+        net: nn.Module = ConvNet28(in_channels, size, norm)
     elif name == "mlp":
         if in_features is None:
             if size is None:
                 raise ConfigError("data.in_features", in_features, "a feature count for mlp on vectors")
             in_features = in_channels * size * size
-        net = MLPBackbone(in_features)
+        net = MLPBackbone(in_features, norm=norm)
     else:
         depth = int(name.removeprefix("resnet").removesuffix("_cifar"))
-        net = resnet(depth, in_channels, cifar_stem=name.endswith("_cifar"))
+        net = resnet(depth, in_channels, cifar_stem=name.endswith("_cifar"), norm=norm)
     return Resized(net, resize) if resize else net
 
 

@@ -17,6 +17,7 @@ from fedclust.data.checks import (
     check_data_name,
     check_data_options,
     check_partition_fits,
+    check_subsample,
     client_sizes,
     simulated_num_clients,
 )
@@ -101,6 +102,11 @@ def data(get, data_sets: dict | None, method: dict | None, init_values: dict) ->
                                                  "min_partition_size", "num_classes_per_partition",
                                                  "class_assignment_mode")]
     if UNKNOWN in settings:
+        return
+    subsample = get("data.subsample")
+    if subsample is not None:  # the sizes below are the whole split's: a subset is judged by the run
+        if subsample is not UNKNOWN:
+            check_subsample(subsample)
         return
     root, split, partition, num_clients, p, min_size, per_partition, mode = settings
     if partition == "natural":

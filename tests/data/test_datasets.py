@@ -327,3 +327,21 @@ def test_a_file_that_is_not_an_image_in_an_image_folder_is_one_sentence(tmp_path
     (folder / "a.jpg").write_bytes(b"not a jpeg at all")
     with pytest.raises(DataFileError, match="a.jpg is not a readable image"):
         load_dataset("imagenet10", root=str(tmp_path))
+
+
+def test_subsample_keeps_the_same_random_subset_for_every_seed_and_refuses_too_many():
+    import pytest
+    import torch
+
+    from fedclust.data.config import DataConfig, build_federated_data
+    from fedclust.errors import ConfigError
+
+    cfg = DataConfig(name="digits", num_clients=2, partition="iid", subsample=300)
+    a = build_federated_data(cfg, torch.device("cpu"), seed=0)
+    b = build_federated_data(cfg, torch.device("cpu"), seed=7)
+    assert len(a) == 300 and torch.equal(a.x, b.x) and torch.equal(a.labels, b.labels)
+    full = build_federated_data(DataConfig(name="digits", num_clients=2, partition="iid"), torch.device("cpu"), 0)
+    rows = {tuple(r.flatten().tolist()) for r in full.x}
+    assert all(tuple(r.flatten().tolist()) in rows for r in a.x)  # a subset of the split, not new samples
+    with pytest.raises(ConfigError, match="data.subsample"):
+        build_federated_data(DataConfig(name="digits", subsample=10**6), torch.device("cpu"), 0)

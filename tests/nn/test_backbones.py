@@ -75,3 +75,22 @@ def test_resize_wrapper():
 def test_unknown_name():
     with pytest.raises(ConfigError, match="method.backbone"):
         build_backbone("vgg16", 3, 32)
+
+
+def test_group_norm_trunks_do_not_depend_on_the_rest_of_the_batch():
+    """With norm="group" a sample's features are the same whatever else is in its batch (in training mode too):
+    what a client learns does not depend on its class mix through the normalisation."""
+    import pytest
+    import torch
+
+    from fedclust.errors import ConfigError
+    from fedclust.nn.backbones import build_backbone
+
+    for name, shape in (("convnet28", (1, 28)), ("mlp", (1, 8)), ("resnet18_cifar", (3, 32))):
+        c, s = shape
+        net = build_backbone(name, c, s, in_features=c * s * s, norm="group").train()
+        x = torch.rand(6, c, s, s, generator=torch.Generator().manual_seed(0))
+        alone, together = net(x[:1]), net(x)[:1]
+        assert torch.allclose(alone, together, atol=1e-5), name
+    with pytest.raises(ConfigError, match="method.norm"):
+        build_backbone("convnet28", 1, 28, norm="instance")
