@@ -48,12 +48,13 @@ from fedclust.sweep import Point
 FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
 FOLDER = ("rounds", "seconds_per_round", "peak_memory_mb", "commit")
 KEYS = {"title": str, "data": str, "notes": str, "overrides": dict, "grid": dict, "configs": list,
-        "metrics": list, "paper": list, "table": dict, "plot": dict}
+        "metrics": list, "paper": list, "table": dict, "plot": dict, "curve": dict}
 REQUIRED = ("title", "data", "configs", "metrics", "table")
 ENTRY = {"label": str, "config": str, "overrides": dict, "grid": dict}
 PAPER = {"metric": str, "source": str, "by": str, "cells": dict}
 TABLE = {"columns": list, "group_by": list}
 PLOT = {"x": str, "y": str}
+CURVE = {"metric": str, "rounds": list}  # a per-round table: a metrics.csv or diagnostics.csv column at those rounds
 LABEL_COLUMNS = ("method", "label")
 
 
@@ -79,6 +80,7 @@ class Experiment:
     paper: list[dict]
     plot: dict | None
     entries: list[dict]
+    curve: dict | None = None
     common: dict[str, object] = field(default_factory=dict)  # the overrides of every run
     grid: dict = field(default_factory=dict)  # the grid of the entries without their own, as declared
     runs: list[Run] = field(default_factory=list)
@@ -118,7 +120,7 @@ def load(name: str, folder: Path) -> Experiment:
         raise ConfigError(where, str(path), f"a readable YAML file ({str(error).splitlines()[0]})") from None
     _fields(where, spec, KEYS, REQUIRED)
     exp = Experiment(path.stem, path, spec["title"], spec["data"], spec.get("notes", ""), spec["metrics"],
-                     [], [], spec.get("paper", []), spec.get("plot"), spec["configs"])
+                     [], [], spec.get("paper", []), spec.get("plot"), spec["configs"], spec.get("curve"))
     for metric in exp.metrics:
         if metric not in (*FINAL, *DIAGNOSTICS, *FOLDER):
             raise ConfigError(f"{where}: metrics", metric, f"one of {', '.join((*FINAL, *DIAGNOSTICS, *FOLDER))}")
@@ -223,6 +225,13 @@ def _outputs(exp: Experiment, where: str, table: dict) -> None:
             numbers = cells.values() if isinstance(cells, dict) else [cells]
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
                 raise ConfigError(f"{at}.cells.{label}", cells, "a number, or a mapping of grid values to numbers")
+    if exp.curve is not None:
+        _fields(f"{where}: curve", exp.curve, CURVE, ("metric", "rounds"))
+        if exp.curve["metric"] not in (*FINAL, *DIAGNOSTICS, "loss"):
+            raise ConfigError(f"{where}: curve.metric", exp.curve["metric"],
+                              f"a per-round column ({', '.join((*FINAL, *DIAGNOSTICS, 'loss'))})")
+        if not exp.curve["rounds"] or not all(isinstance(r, int) and r >= 1 for r in exp.curve["rounds"]):
+            raise ConfigError(f"{where}: curve.rounds", exp.curve["rounds"], "a list of round numbers from 1")
     if exp.plot is not None:
         _fields(f"{where}: plot", exp.plot, PLOT, ("x", "y"))
         if exp.key(exp.plot["x"]) is None:

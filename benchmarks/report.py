@@ -57,6 +57,29 @@ def measure(folder: Path) -> dict[str, object]:
     return out
 
 
+def per_round(folder: Path, metric: str) -> dict[int, float]:
+    """round -> the metric at that round, from diagnostics.csv or metrics.csv (unscored rounds left out)."""
+    found: dict[int, float] = {}
+    for name in ("metrics.csv", "diagnostics.csv"):
+        for row in _csv(folder / name):
+            at, value = _number(row.get("round")), _number(row.get(metric))
+            if at is not None and value is not None:
+                found[int(at)] = value
+    return found
+
+
+def curve_table(exp: Experiment, root: Path, rows: list[dict]) -> list[str]:
+    """The declared metric of every run at the declared rounds, a row per run."""
+    metric, rounds = exp.curve["metric"], exp.curve["rounds"]
+    lines = [f"## {metric} per round", "", "| method | " + " | ".join(k.rsplit(".", 1)[-1] for k in exp.grid_keys)
+             + " | " + " | ".join(str(r) for r in rounds) + " |", "|---" * (1 + len(exp.grid_keys) + len(rounds)) + "|"]
+    for row in rows:
+        values = per_round(root / row["run"], metric)
+        lines.append(f"| {row['label']} | " + " | ".join(str(row.get(k, "")) for k in exp.grid_keys) + " | "
+                     + " | ".join(_cell(metric, values.get(r)) for r in rounds) + " |")
+    return [*lines, ""]
+
+
 def collect(exp: Experiment, root: Path) -> list[dict[str, object]]:
     """One row per point, in the experiment's order."""
     rows = []
@@ -191,7 +214,10 @@ def report(exp: Experiment, root: Path, results: Path, command: str, replace: bo
     rows = collect(exp, root)
     results.mkdir(parents=True, exist_ok=True)
     write_csv(exp, rows, results / f"{exp.name}.csv")
-    md.write_text(markdown(exp, rows, command) + "\n")
+    text = markdown(exp, rows, command)
+    if exp.curve:
+        text += "\n" + "\n".join(curve_table(exp, root, rows))
+    md.write_text(text + "\n")
     written = [results / f"{exp.name}.csv", md]
     if exp.plot and plot(exp, rows, results / f"{exp.name}.png"):
         written.append(results / f"{exp.name}.png")

@@ -36,6 +36,8 @@ def _entry(**changes):
     ({"paper": [{"metric": "nmi", "source": "s", "cells": {"k-FED": {1: 0.5}}}]}, "paper[0].by", "keyed by"),
     ({"plot": {"x": "data.p", "y": "nmi"}}, "plot.x", "a grid key"),
     ({"configs": _entry() * 2}, "configs[1]", "declared twice"),
+    ({"curve": {"metric": "nmii", "rounds": [1]}}, "curve.metric", "a per-round column"),
+    ({"curve": {"metric": "nmi", "rounds": [0, 2]}}, "curve.rounds", "round numbers from 1"),
 ])
 def test_a_mistake_is_one_sentence_naming_the_field(write_experiment, tiny_spec, changes, field, words):
     spec = tiny_spec(**changes)
@@ -94,3 +96,12 @@ def test_every_experiment_gives_runs_the_fit_parser_accepts():
                 continue
             covered |= pairs
             check(run.point)
+
+
+def test_curve_reads_a_metric_per_round_from_either_csv(tmp_path):
+    from benchmarks.report import per_round
+
+    (tmp_path / "metrics.csv").write_text("round,nmi,loss\n1,0.5,1.0\n2,,0.9\n3,0.7,0.8\n")
+    (tmp_path / "diagnostics.csv").write_text("round,embed_kmeans_nmi\n1,0.41\n3,0.43\n")
+    assert per_round(tmp_path, "nmi") == {1: 0.5, 3: 0.7}  # the unscored round 2 is left out
+    assert per_round(tmp_path, "embed_kmeans_nmi") == {1: 0.41, 3: 0.43}
