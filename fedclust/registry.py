@@ -30,6 +30,8 @@ class MethodEntry:
 METHODS: dict[str, MethodEntry] = {e.name: e for e in (
     MethodEntry("CCFC", "ccfc", "CCFC (Yan et al.): cluster-contrastive federated clustering"),
     MethodEntry("CCFCPlusPlus", "ccfcpp", "CCFC++ (Yan et al.): CCFC + feature decorrelation"),
+    MethodEntry("FedSpectral", "fedspectral", "fedclust's own: decorrelated contrastive training, k-anonymous "
+                "summaries, spectral clustering of the summaries"),
     MethodEntry("KFED", "kfed", "k-FED (Dennis, Li & Smith, ICML 2021)"),
     MethodEntry("KMeans", "kmeans", "centralized k-means baseline"),
     MethodEntry("FCM", "fcm", "fuzzy c-means (Bezdek 1981), centralized"),

@@ -63,12 +63,13 @@ def _finite(v: Tensor | float) -> float:
 def nmi(pred: Tensor, target: Tensor) -> float:
     """Normalised mutual information, arithmetic-mean normalisation (sklearn's default).
 
-    0 when either side has a single cluster (also when both do, where sklearn says 1)."""
+    0 when either side has a single cluster (also when both do, where sklearn says 1). Clipped to [0, 1]: torchmetrics
+    computes in float32, and a perfect clustering can come out as 1.0000005."""
     p, kp, t, kt = _prepare(pred, target)
     if kp == 1 or kt == 1:
         return 0.0
     with torch.sparse.check_sparse_tensor_invariants(False):  # torchmetrics builds a sparse matrix
-        return _finite(normalized_mutual_info_score(p, t, "arithmetic"))
+        return min(1.0, max(0.0, _finite(normalized_mutual_info_score(p, t, "arithmetic"))))
 
 
 def acc(pred: Tensor, target: Tensor) -> float:

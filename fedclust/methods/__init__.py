@@ -11,6 +11,7 @@ from fedclust.methods.fedbyolcc import FedBYOLCC
 from fedclust.methods.fedcc import FedCC
 from fedclust.methods.fedmcc import FedMCC
 from fedclust.methods.fedpnp import FedPNP
+from fedclust.methods.fedspectral import FedSpectral
 from fedclust.methods.fedu_kmeans import FedUKMeans
 from fedclust.methods.fedu_mcc import FedUMCC
 from fedclust.methods.ffcm import FFCM
@@ -25,4 +26,4 @@ from fedclust.methods.uifca import UIFCA
 __all__ = ["FederatedMethod", "Stage", "CCFC", "CCFCPlusPlus", "KFED", "KMeans", "FCM", "FFCM", "ClusterGANFedAvg",
            "UIFCA",
            "SDAFC", "PPFCGAN", "FedCC", "FedPNP", "SingleSimCLR", "CC",
-           "FedMCC", "MCC", "FedUKMeans", "FedUMCC", "FedBYOLCC"]
+           "FedMCC", "MCC", "FedUKMeans", "FedUMCC", "FedBYOLCC", "FedSpectral"]

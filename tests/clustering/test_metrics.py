@@ -176,3 +176,12 @@ def test_label_free_metrics_score_the_clusters_in_the_representation_space():
     per_group = [label_free_metrics(pred[groups == g], z[groups == g]) for g in (0, 1)]
     grouped = grouped_cluster_metrics(pred, z, groups, score=label_free_metrics)
     assert grouped["cluster_size_max"] == (per_group[0]["cluster_size_max"] + per_group[1]["cluster_size_max"]) / 2
+
+
+def test_nmi_of_a_perfect_clustering_is_exactly_one():
+    import torch
+
+    from fedclust.clustering.metrics import nmi
+
+    labels = torch.arange(3).repeat_interleave(60)
+    assert nmi(labels, labels) == 1.0 and nmi((labels + 1) % 3, labels) == 1.0

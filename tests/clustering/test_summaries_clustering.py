@@ -59,3 +59,27 @@ def test_spectral_weights_and_degenerate_sizes():
     labels = spectral_clustering(x, 2, neighbors=8, weights=torch.full((200,), 7.0))
     assert nmi(labels, truth) > 0.95
     assert spectral_clustering(x[:3], 5).tolist() == [0, 1, 2]  # k >= n: each point its own cluster
+
+
+def test_local_summaries_never_average_fewer_than_min_size_samples():
+    from fedclust.clustering.summaries import dissolve_small_groups, local_summaries
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.cat([torch.randn(40, 6, generator=g) + 5 * torch.eye(6)[0], torch.randn(3, 6, generator=g)])
+    means, member, sizes = local_summaries(x, size=5, min_size=4)
+    assert sizes.min() >= 4 and int(sizes.sum()) == len(x) and len(means) == len(sizes)
+    assert torch.equal(torch.bincount(member).float(), sizes)
+    assert torch.allclose(means.norm(dim=1), torch.ones(len(means)), atol=1e-5)
+    # hand-made: groups of 3, 1 and 2 points with min size 2 -> the lone point joins its nearest group
+    pts = torch.tensor([[1.0, 0], [1, 0.1], [1, -0.1], [0.9, 0.5], [0, 1], [0.1, 1]])
+    out = dissolve_small_groups(pts, torch.tensor([0, 0, 0, 1, 2, 2]), 2)
+    assert out.tolist() == [0, 0, 0, 0, 1, 1]
+    assert dissolve_small_groups(pts, torch.tensor([0, 1, 2, 3, 4, 5]), 2).tolist() == [0] * 6
+
+
+def test_balanced_summaries_have_equal_sizes():
+    from fedclust.clustering.summaries import local_summaries
+
+    x = torch.randn(60, 4, generator=torch.Generator().manual_seed(5))
+    _, _, sizes = local_summaries(x, size=10, mode="balanced")
+    assert sizes.tolist() == [10.0] * 6

@@ -1,0 +1,99 @@
+"""FedSpectral: what crosses the boundary, where summaries come from, and how samples get their clusters."""
+
+import pytest
+import torch
+
+from fedclust.contract import ClientContext, ClientSession, ClientUpdate, RoundContext, Stage
+from fedclust.data.config import build_federated_data
+from fedclust.errors import ConfigError
+from fedclust.losses.contrastive import nt_xent
+from fedclust.losses.decorrelation import decorrelation_loss
+from fedclust.methods import FedSpectral
+from tests.conftest import tiny_data
+
+
+def tiny(**kw) -> FedSpectral:
+    args = dict(backbone="mlp", projector_hidden=32, latent_dim=16, rounds=2, batch_size=64, summary_size=10,
+                min_summary_size=3, neighbors=5)
+    return FedSpectral(**{**args, **kw})
+
+
+def _client(method, data, cid=0, rnd=0):
+    ctx = ClientContext(cid, Stage("train", 2), 0, rnd, data.client(cid, 64), {}, 0)
+    method.session = ClientSession(ctx)
+    method.on_client_start(ctx)
+    return ctx
+
+
+def test_summaries_are_made_by_the_global_model_before_local_training():
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    method = tiny()
+    method.build(data.info)
+    ctx = _client(method, data)
+    before = method._summaries.clone()
+    with torch.no_grad():  # local training moves the weights; the summaries sent stay the round start's
+        for p in method.parameters():
+            p.add_(1.0)
+    sent = method.on_client_end(ctx)
+    assert set(sent) == set(FedSpectral.payload_keys)
+    assert torch.equal(sent["summaries"], before)
+    assert int(sent["summary_sizes"].sum()) == len(data.parts[0]) and sent["summary_sizes"].min() >= 3
+    assert len(ctx.state["summary_of"]) == len(data.parts[0])
+
+
+def test_the_loss_is_nt_xent_plus_the_weighted_decorrelation_of_both_views(monkeypatch):
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    seen = []
+    method = tiny(decorrelation_weight=3.0)
+    method.build(data.info)
+    _client(method, data)
+    real_proj = method.projector.forward
+
+    def spy(h):
+        z = real_proj(h)
+        seen.append(z.detach())
+        return z
+
+    monkeypatch.setattr(method.projector, "forward", spy)
+    batch = next(data.client(0, 64).batches(torch.Generator().manual_seed(0)))
+    loss = float(method.training_step(batch, 0))
+    z1, z2 = seen
+    expected = float(nt_xent(z1, z2, 0.5)) + 3.0 * 0.5 * (float(decorrelation_loss(z1)) + float(decorrelation_loss(z2)))
+    assert loss == pytest.approx(expected, rel=1e-5)
+
+
+def test_server_clusters_the_summaries_and_samples_take_their_summarys_cluster():
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    method = tiny()
+    method.build(data.info)
+    states, updates = {}, []
+    for cid in range(data.num_clients):
+        ctx = _client(method, data, cid)
+        updates.append(ClientUpdate(cid, len(data.parts[cid]), method.on_client_end(ctx)))
+        states[cid] = ctx.state
+    method.session = None
+    method.aggregate(None, updates, RoundContext(Stage("train", 2), 0, 0, 0))
+    assert len(method.summary_labels) == sum(len(u.payload["summaries"]) for u in updates)
+    labels = method.predict(data, states)
+    for cid, part in enumerate(data.parts):  # through the client: its summary's cluster
+        assert torch.equal(labels[part], method.client_labels[cid][states[cid]["summary_of"]])
+    assert labels.min() >= 0 and labels.max() < method.num_clusters
+    # a sample no client holds takes its nearest summary's cluster
+    assert method.assign(data.gather(torch.arange(5))).shape == (5,)
+    assert method.global_centroids().shape == (method.num_clusters, method.summaries.shape[1])
+
+
+@pytest.mark.parametrize("bad", [dict(summary_size=0), dict(min_summary_size=0), dict(neighbors=0),
+                                 dict(temperature=0.0), dict(decorrelation_weight=-1.0)])
+def test_bad_settings_are_one_sentence(bad):
+    with pytest.raises(ConfigError, match="method."):
+        tiny(**bad)
+
+
+def test_vector_data_train_without_image_views(run_fit):
+    from fedclust.data.config import DataConfig
+
+    data = DataConfig(name="gaussian", num_clients=2, partition="iid",
+                      options={"num_clusters": 3, "points_per_cluster": 60, "dim": 8})
+    metrics = run_fit(tiny(num_clusters=3), data)
+    assert 0 <= metrics["nmi"] <= 1
