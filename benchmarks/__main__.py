@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--only", nargs="+", metavar="LABEL", help="only these configs' labels")
     run.add_argument("--devices", type=int, nargs="+", help="GPU ids, one run per GPU at a time")
     run.add_argument("--nice", type=int, default=10, help="niceness of the runs (0: as this shell)")
+    run.add_argument("--threads", type=int, help="threads per run (default: cores / slots)")
     report = sub.add_parser("report", help="write results/NAME.csv, .md (+ .png)")
     report.add_argument("name")
     report.add_argument("--replace", action="store_true", help="overwrite a results file a former script wrote")
@@ -71,7 +72,7 @@ def _do(opts: argparse.Namespace, command: str) -> int:
         return 0
     exp = load(opts.name, opts.experiments)
     if opts.command == "run":
-        runs = run(exp, opts.runs / exp.name, command, opts.slots, opts.only, opts.devices, opts.nice)
+        runs = run(exp, opts.runs / exp.name, command, opts.slots, opts.only, opts.devices, opts.nice, opts.threads)
         failed = [r["name"] for r in runs if r["status"] == "failed"]
         if failed:
             print(f"benchmarks: {len(failed)} run(s) failed: {', '.join(failed)} (logs in "

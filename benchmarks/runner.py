@@ -59,7 +59,7 @@ def select(exp: Experiment, only: list[str] | None) -> list[Run]:
 
 
 def run(exp: Experiment, root: Path, command: str, slots: int = 1, only: list[str] | None = None,
-        devices: list[int] | None = None, nice: int = 10) -> list[dict]:
+        devices: list[int] | None = None, nice: int = 10, threads: int | None = None) -> list[dict]:
     """Start or resume the selected points (`slots` at a time on the CPU, OMP_NUM_THREADS = cores / slots, or
     one per GPU of `devices`); every fit runs at niceness `nice` (inherited from this process)."""
     runs = select(exp, only)
@@ -68,4 +68,5 @@ def run(exp: Experiment, root: Path, command: str, slots: int = 1, only: list[st
     if nice:
         os.nice(nice)
     record = {"commit": git_commit(), "command": command, "machine": machine(date=False), "started": now()}
-    return run_points(root, [r.point for r in runs], slots, devices, f"benchmarks-{exp.name}", record=record)
+    return run_points(root, [r.point for r in runs], slots, devices, threads=threads, group=f"benchmarks-{exp.name}",
+                      record=record)

@@ -122,17 +122,18 @@ def sweep(config: str, grid: list[str] | None = None, sweep_dir: str | None = No
     points = expand(config, axes)
     for point in points:
         check(point)
-    return run_points(root, points, slots, devices, group, dry_run)
+    return run_points(root, points, slots, devices, group=group, dry_run=dry_run)
 
 
 def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[int] | None = None,
+               threads: int | None = None,
                group: str | None = None, dry_run: bool = False, record: dict | None = None) -> list[dict]:
     """The sweep's queue over points already checked: ROOT/<name> per point, done ones skipped, checkpointed
     ones resumed, stale ones set aside (the benchmarks runner shares it). `record` is kept beside the
     fingerprint of every point started afresh (ROOT/.points/<name>.json), e.g. the git commit it ran at."""
     if slots < 1:
         raise ConfigError("slots", slots, "a positive number of parallel runs")
-    slot_envs = _slot_envs(slots, devices)
+    slot_envs = _slot_envs(slots, devices, threads)
     root.mkdir(parents=True, exist_ok=True)
     group = group or root.name
     ledger = Ledger(root / "sweep.json", points)
@@ -184,10 +185,10 @@ def sweep_parser() -> ArgumentParser:
     return parser
 
 
-def _slot_envs(slots: int, devices: list[int] | None) -> list[dict[str, str]]:
+def _slot_envs(slots: int, devices: list[int] | None, threads: int | None = None) -> list[dict[str, str]]:
     if devices:
         return [{"CUDA_VISIBLE_DEVICES": str(d)} for d in devices]
-    threads = max(1, (os.cpu_count() or 1) // slots)
+    threads = threads or max(1, (os.cpu_count() or 1) // slots)  # given: leave the other cores to other work
     return [{"OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""} for _ in range(slots)]
 
 
