@@ -4,7 +4,10 @@ their centroids). In fedclust the small clusters are the clients' local clusters
 centroids by the shape of the data (a mutual nearest-neighbour graph) rather than by distance to k centres.
 
 The graph: cosine similarity between unit-normalised points, each point linked to its ``neighbors`` most similar
-others, symmetrised (an edge if either end chose it), edge weight = the similarity mapped to [0, 1]. ``weights``
+others, symmetrised (an edge if either end chose it); edge weight ``kernel`` "cosine": the similarity mapped to
+[0, 1], or "self_tuning": exp(-d_ij^2 / (s_i s_j)) with d the chord distance and s_i the distance of point i to its
+``neighbors``-th neighbour (Zelnik-Manor & Perona, "Self-Tuning Spectral Clustering", NIPS 2004), which adapts
+the scale to the local density. ``weights``
 (the number of samples each point summarises) scale the graph to the samples': an edge between summaries of w_i
 and w_j samples stands for w_i * w_j sample pairs. Ng-Jordan-Weiss embedding (the k leading eigenvectors of the
 normalised affinity, rows normalised), then k-means on it (fedclust's k-means, seeded).
@@ -21,20 +24,31 @@ from torch import Tensor
 
 from fedclust.clustering.kmeans import kmeans
 
+KERNELS = ("cosine", "self_tuning")
 
-def knn_affinity(points: Tensor, neighbors: int) -> Tensor:
-    """Symmetric (n, n) affinity: each point's ``neighbors`` most cosine-similar others, weight (1 + cos) / 2."""
+
+def knn_affinity(points: Tensor, neighbors: int, kernel: str = "cosine") -> Tensor:
+    """Symmetric (n, n) affinity: each point linked to its ``neighbors`` most cosine-similar others, weighted by
+    ``kernel`` (module docstring)."""
     z = F.normalize(points.double(), dim=1)
     similarity = z @ z.T
     n = len(z)
     m = max(1, min(neighbors, n - 1))
     masked = similarity.clone()
     masked.fill_diagonal_(-float("inf"))
-    nearest = masked.topk(m, dim=1).indices
+    nearest = masked.topk(m, dim=1)
     chosen = torch.zeros(n, n, dtype=torch.bool, device=z.device)
-    chosen.scatter_(1, nearest, True)
+    chosen.scatter_(1, nearest.indices, True)
     chosen = chosen | chosen.T
-    return torch.where(chosen, (1 + similarity) / 2, torch.zeros_like(similarity))
+    if kernel == "cosine":
+        weight = (1 + similarity) / 2
+    elif kernel == "self_tuning":
+        chord2 = (2 - 2 * similarity).clamp_min(0)
+        scale = (2 - 2 * nearest.values[:, -1]).clamp_min(1e-12).sqrt()  # distance to the m-th neighbour
+        weight = torch.exp(-chord2 / (scale[:, None] * scale[None, :]))
+    else:
+        raise ValueError(f"kernel is one of {KERNELS}, not {kernel!r}")
+    return torch.where(chosen, weight, torch.zeros_like(similarity))
 
 
 def spectral_embedding(affinity: Tensor, k: int, weights: Tensor | None = None) -> Tensor:
@@ -52,11 +66,11 @@ def spectral_embedding(affinity: Tensor, k: int, weights: Tensor | None = None) 
 
 
 def spectral_clustering(points: Tensor, k: int, neighbors: int = 10, weights: Tensor | None = None,
-                        seed: int = 0, nredo: int = 10) -> Tensor:
+                        seed: int = 0, nredo: int = 10, kernel: str = "cosine") -> Tensor:
     """Cluster ids (n,) of ``points`` (n, d) into ``k`` clusters by spectral clustering of their cosine kNN graph.
     ``weights``: samples each point stands for (None: equal). k >= n gives every point its own cluster."""
     n = len(points)
     if k >= n:
         return torch.arange(n, device=points.device)
-    embedding = spectral_embedding(knn_affinity(points, neighbors), k, weights)
+    embedding = spectral_embedding(knn_affinity(points, neighbors, kernel), k, weights)
     return kmeans(embedding.float(), k, niter=100, nredo=nredo, seed=seed).labels.to(points.device)

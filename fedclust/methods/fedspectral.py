@@ -74,8 +74,11 @@ class FedSpectral(FederatedMethod):
         min_summary_size: No summary is the mean of fewer samples (smaller groups join their nearest neighbour).
         summaries: "kmeans" groups, or "balanced" (Sinkhorn, equal sizes: every summary exactly n / k samples).
         neighbors: Nearest neighbours of each summary in the server's spectral graph.
-        cluster_space: Where summaries are made and samples clustered: "backbone" (the trunk's features) or
-            "projection" (z).
+        kernel: Edge weights of that graph: "cosine" ((1 + cos) / 2) or "self_tuning" (a Gaussian scaled by each
+            summary's distance to its neighbours-th neighbour, Zelnik-Manor & Perona 2004).
+        cluster_space: Where summaries are made and samples clustered: "backbone" (the trunk's features),
+            "projection" (z), or "input+backbone" (the unit-normalised input beside the unit-normalised trunk
+            features: the learned features add to the input's own geometry instead of replacing it).
     """
 
     payload_keys = ("summaries", "summary_sizes")
@@ -88,7 +91,8 @@ class FedSpectral(FederatedMethod):
                  jitter: float = 0.4, blur_sigma: tuple[float, float] = (0.1, 2.0), resize: int | None = None,
                  summary_size: int = 20, min_summary_size: int = 5,
                  summaries: Literal["kmeans", "balanced"] = "kmeans", neighbors: int = 10,
-                 cluster_space: Literal["backbone", "projection"] = "backbone"):
+                 kernel: Literal["cosine", "self_tuning"] = "cosine",
+                 cluster_space: Literal["backbone", "projection", "input+backbone"] = "backbone"):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("summary_size", summary_size, 1), ("min_summary_size", min_summary_size, 1),
@@ -165,7 +169,8 @@ class FedSpectral(FederatedMethod):
         points = torch.cat([u.payload["summaries"] for u in updates])
         sizes = torch.cat([u.payload["summary_sizes"] for u in updates])
         labels = spectral_clustering(points, self.num_clusters, neighbors=self.hparams.neighbors, weights=sizes,
-                                     seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index, ctx.round))
+                                     seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index, ctx.round),
+                                     kernel=self.hparams.kernel)
         self.summaries, self.summary_labels = F.normalize(points, dim=1), labels
         offsets = torch.tensor([0] + [len(u.payload["summaries"]) for u in updates]).cumsum(0)
         self.client_labels.update({u.client_id: labels[offsets[i]:offsets[i + 1]].cpu()
@@ -190,7 +195,12 @@ class FedSpectral(FederatedMethod):
     # --- evaluation ---------------------------------------------------------------------------------
     def embed(self, x: Tensor) -> Tensor:
         h = self.trunk(x)
-        return F.normalize(h if self.hparams.cluster_space == "backbone" else self.projector(h), dim=1)
+        space = self.hparams.cluster_space
+        if space == "projection":
+            return F.normalize(self.projector(h), dim=1)
+        if space == "input+backbone":  # two unit blocks, so each weighs half in every cosine
+            return F.normalize(torch.cat([F.normalize(x.flatten(1), dim=1), F.normalize(h, dim=1)], 1), dim=1)
+        return F.normalize(h, dim=1)
 
     def assign(self, x: Tensor) -> Tensor:
         if self.summaries is None:

@@ -54,6 +54,20 @@ def test_spectral_separates_rings_where_kmeans_cannot():
     assert nmi(kmeans(x, 2, nredo=5, cosine=True).labels, truth) < 0.2
 
 
+def test_self_tuning_kernel_separates_rings_and_weighs_near_neighbours_more():
+    import pytest
+
+    from fedclust.clustering.spectral import knn_affinity
+
+    x, truth = _rings(150, torch.Generator().manual_seed(2))
+    assert nmi(spectral_clustering(x, 2, neighbors=8, kernel="self_tuning"), truth) > 0.95
+    line = torch.tensor([[1.0, 0.0], [1.0, 0.1], [1.0, 0.3], [1.0, 0.6]])
+    a = knn_affinity(line, 2, kernel="self_tuning")
+    assert torch.allclose(a, a.T) and a[0, 1] > a[0, 2] > 0 and (a.diagonal() == 0).all()
+    with pytest.raises(ValueError, match="kernel"):
+        knn_affinity(line, 2, kernel="gaussian")
+
+
 def test_spectral_weights_and_degenerate_sizes():
     x, truth = _rings(100, torch.Generator().manual_seed(3))
     labels = spectral_clustering(x, 2, neighbors=8, weights=torch.full((200,), 7.0))
