@@ -18,7 +18,7 @@ from fedclust.__main__ import main
 from fedclust.contract import FederatedMethod, Stage
 from fedclust.errors import FedclustError
 from fedclust.federation.config import FederationConfig
-from fedclust.methods import CCFC, KFED
+from fedclust.methods import CCFC, KFED, FedSpectral
 from fedclust.parsers import init_arguments, parse, read_config, resolved_config
 from fedclust.run import FabricConfig, fit_parser
 from tests.conftest import tiny_ccfc, tiny_data
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU = FabricConfig(accelerator="cpu")
 # the quick start cut to a second: small networks, two rounds
 QUICK = {"federation.rounds": 2, "method.init_args.latent_dim": 16, "method.init_args.projector_hidden": 32,
-         "method.init_args.batch_size": 64, "method.init_args.kmeans_redo": 1, "fabric.accelerator": "cpu",
+         "method.init_args.batch_size": 64, "fabric.accelerator": "cpu",
          "progress": False, "seed": 1}
 
 
@@ -78,7 +78,7 @@ def test_fit_from_a_config_name_with_overrides_returns_the_run(tmp_path):
     argv = ["--config", str(ROOT / "fedclust/configs/quickstart.yaml"), f"--runs_dir={tmp_path}",
             *(f"--{k}={v}" for k, v in QUICK.items())]
     assert (folder / "config.yaml").read_text() == resolved_config(parser, parse(parser, argv))[1]
-    assert isinstance(result.model, CCFC) and result.model.hparams["latent_dim"] == 16
+    assert isinstance(result.model, FedSpectral) and result.model.hparams["latent_dim"] == 16
     assert result.metrics == json.loads((folder / "final.json").read_text())["metrics"]
     assert [row["round"] for row in result.history] == [1, 2]
     assert result.history[-1]["nmi"] == pytest.approx(result.metrics["nmi"])
@@ -86,8 +86,9 @@ def test_fit_from_a_config_name_with_overrides_returns_the_run(tmp_path):
     assert list(result.assignments) == ["index", "client", "label", "cluster"]
     for i, column in enumerate(result.assignments.values()):
         np.testing.assert_array_equal(column, table[:, i])
-    assert result.centroids.shape == (10, 16)  # CCFC's global centres, in its 16-d representation space
-    torch.testing.assert_close(torch.from_numpy(result.centroids), result.model.centroids.float().cpu())
+    # FedSpectral's cluster directions, in its clustering space: the 64 pixels beside the trunk's features
+    assert result.centroids.shape == (10, 64 + result.model.trunk.out_dim)
+    torch.testing.assert_close(torch.from_numpy(result.centroids), result.model.global_centroids().float())
     assert "nmi=" in repr(result) and str(folder) in repr(result)
 
 
@@ -139,7 +140,7 @@ def test_a_run_started_from_python_resumes_and_evaluates_from_the_command_line(t
     assert main(["evaluate", "--run", str(folder)]) == 0
     assert json.loads((folder / "evaluate_same.json").read_text()) == pytest.approx(final["metrics"])
     cli = tmp_path / "cli"
-    assert main(["fit", "--config", "quickstart", *(f"--{k}={v}" for k, v in QUICK.items()),
+    assert main(["fit", "--config", "ccfc_digits", *(f"--{k}={v}" for k, v in QUICK.items()),
                  "--federation.rounds=1", "--run_dir", str(cli)]) == 0
     python_keys = flat(yaml.safe_load((folder / "config.yaml").read_text()))
     cli_keys = flat(yaml.safe_load((cli / "config.yaml").read_text()))
@@ -162,7 +163,7 @@ BAD_FITS = [
     (lambda d: fedclust.fit("quickstart", {"federation.roundz": 3}, runs_dir=d), "closest: --federation.rounds"),
     (lambda d: fedclust.fit("quickstart", {"federation.rounds": "many"}, runs_dir=d), "an integer"),
     (lambda d: fedclust.fit("quickstart", {"data.p": 2.0}, runs_dir=d), "data.p = 2.0"),
-    (lambda d: fedclust.fit("quickstart", {"method.init_args.lamm": 1.0}, runs_dir=d), "closest: lam"),
+    (lambda d: fedclust.fit("ccfc_digits", {"method.init_args.lamm": 1.0}, runs_dir=d), "closest: lam"),
     (lambda d: fedclust.fit("quickstart", [("seed", 1)], runs_dir=d), "a mapping of dotted keys"),
     (lambda d: fedclust.fit("quickstart", {"method.init_args.lam": 1.0}, method=KFED(), runs_dir=d),
      "given as an object"),
@@ -278,5 +279,5 @@ def test_the_notebook_example_runs(tmp_path):
                             timeout=240, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "k-FED: 10 clusters, centres shaped (10, 64)" in result.stdout
-    assert "FitResult(CCFC, 1797 samples, 3 rounds" in result.stdout
+    assert "FitResult(FedSpectral, 1797 samples, 3 rounds" in result.stdout
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2  # each run left its folder

@@ -30,7 +30,7 @@ def test_help_documents_options_from_docstrings(capsys):
 
 def test_print_config_shows_overrides(capsys):
     with pytest.raises(SystemExit):
-        main(["fit", "--config", "configs/quickstart.yaml", "--federation.rounds", "5", "--print_config"])
+        main(["fit", "--config", "configs/ccfc_digits.yaml", "--federation.rounds", "5", "--print_config"])
     cfg = yaml.safe_load(capsys.readouterr().out)
     assert cfg["federation"]["rounds"] == 5
     assert cfg["method"]["init_args"]["latent_dim"] == 64
@@ -38,7 +38,7 @@ def test_print_config_shows_overrides(capsys):
 
 def test_fit_then_evaluate_same_and_other_split(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["fit", "--config", "configs/quickstart.yaml", *TINY, "--run_dir", str(run)]) == 0
+    assert main(["fit", "--config", "configs/ccfc_digits.yaml", *TINY, "--run_dir", str(run)]) == 0
     final = json.loads((run / "final.json").read_text())["metrics"]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["federation"]["rounds"] == 2 and saved["data"]["num_clients"] == 2
@@ -57,7 +57,7 @@ def test_fit_then_evaluate_same_and_other_split(tmp_path, capsys):
     (["--data.num_clients", "3", "--data.partition", "pshift"], "data.num_clients"),
 ])
 def test_bad_config_is_one_clear_sentence(tmp_path, capsys, args, needle):
-    code = main(["fit", "--config", "configs/quickstart.yaml", "--progress", "false",
+    code = main(["fit", "--config", "configs/ccfc_digits.yaml", "--progress", "false",
                  "--run_dir", str(tmp_path / "r"), *args])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and "Traceback" not in err
@@ -68,7 +68,7 @@ def test_an_existing_run_folder_is_never_overwritten(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.csv").write_text("precious")
-    assert main(["fit", "--config", "configs/quickstart.yaml", "--run_dir", str(run)]) == 2
+    assert main(["fit", "--config", "configs/ccfc_digits.yaml", "--run_dir", str(run)]) == 2
     assert (run / "metrics.csv").read_text() == "precious"
     assert "run_dir" in capsys.readouterr().err
 
@@ -115,7 +115,7 @@ def test_config_by_packaged_name_and_the_catalogue(capsys):
     listing = capsys.readouterr().out.splitlines()
     assert len(listing) == len(packaged_configs())
     row = next(line for line in listing if line.startswith("quickstart "))
-    assert "CCFC" in row  # its first comment line
+    assert "FedSpectral" in row  # its first comment line
 
 
 @pytest.mark.parametrize(("content", "needle"), [
@@ -140,7 +140,7 @@ def test_a_config_file_that_cannot_be_one_is_one_sentence(tmp_path, capsys, cont
     (["--config", "quickstartt"], "closest: quickstart"),
 ])
 def test_typos_name_the_nearest_valid_choice(tmp_path, capsys, args, needle):
-    assert main(["fit", "--config", "quickstart", *args, "--run_dir", str(tmp_path / "r")]) == 2
+    assert main(["fit", "--config", "ccfc_digits", *args, "--run_dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err
 
@@ -162,7 +162,7 @@ def test_impossible_values_stop_before_any_folder_exists(tmp_path, capsys, args,
 
         if torch.cuda.is_available():
             pytest.skip("this machine has a GPU")
-    assert main(["fit", "--config", "quickstart", *args, "--run_dir", str(tmp_path / "r")]) == 2
+    assert main(["fit", "--config", "ccfc_digits", *args, "--run_dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()

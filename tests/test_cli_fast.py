@@ -47,27 +47,27 @@ def files(tmp_path_factory) -> Path:
 
 # (argv, a piece of the one-line message); {d} is the files fixture's folder
 BAD = [
-    (["fit", "--config", "quickstart", "--data.p", "abc"], "data.p = 'abc' is not valid: a number"),
+    (["fit", "--config", "ccfc_digits", "--data.p", "abc"], "data.p = 'abc' is not valid: a number"),
     (["fit", "--bogus", "1"], "--bogus is not an option of `fedclust fit`"),
-    (["fit", "--config", "quickstart", "--method", "NoSuch"], "method = 'NoSuch' is not valid: a fedclust method"),
-    (["fit", "--config", "quickstart", "--method", "KFEDD"], "closest: KFED"),
-    (["fit", "--config", "quickstart", "--method", "ccfc"], "closest: CCFC"),
-    (["fit", "--config", "quickstart", "--data.pp", "3"], "closest: --data.p"),
-    (["fit", "--config", "quickstart", "--method.init_args.lamm", "3"], "closest: lam"),
-    (["fit", "--config", "quickstart", "--method.lamm=3"], "closest: lam"),
-    (["fit", "--config", "quickstart", "--method", "KFED", "--method.init_args.lam", "3"], "init argument of KFED"),
-    (["fit", "--method.init_args.lam", "0.5", "--config", "quickstart"], "after the method is chosen"),
-    (["fit", "--config", "quickstart", "--logger", "wanb"], "one of csv, wandb, tensorboard (closest: wandb)"),
-    (["fit", "--config", "quickstart", "--fabric.precision", "16-mixed"], "one of auto, 32-true, bf16-mixed"),
-    (["fit", "--config", "quickstart", "--method.init_args.crop_scale", "0.5"], "a list of 2 numbers"),
-    (["fit", "--config", "quickstart", "--method.init_args.augment", "colr"], "(closest: color)"),
-    (["fit", "--config", "quickstart", "--method.init_args.lr", "-1e-5"], "goes after an equals sign"),
-    (["fit", "--config", "quickstart", "--seed", "1.5"], "seed = '1.5' is not valid: an integer"),
-    (["fit", "--config", "quickstart", "--federation.rounds", "many"], "an integer or null"),
-    (["fit", "--config", "quickstart", "--progress", "maybe"], "true or false"),
-    (["fit", "--config", "quickstart", "--seed", "3", "extra"], "'extra' is not an option"),
-    (["fit", "--config", "quickstart", "--data.n", "3"], "--data.n is ambiguous"),
-    (["fit", "--config", "quickstart", "--data", '{"pp": 1}'], "a data setting (closest: p)"),
+    (["fit", "--config", "ccfc_digits", "--method", "NoSuch"], "method = 'NoSuch' is not valid: a fedclust method"),
+    (["fit", "--config", "ccfc_digits", "--method", "KFEDD"], "closest: KFED"),
+    (["fit", "--config", "ccfc_digits", "--method", "ccfc"], "closest: CCFC"),
+    (["fit", "--config", "ccfc_digits", "--data.pp", "3"], "closest: --data.p"),
+    (["fit", "--config", "ccfc_digits", "--method.init_args.lamm", "3"], "closest: lam"),
+    (["fit", "--config", "ccfc_digits", "--method.lamm=3"], "closest: lam"),
+    (["fit", "--config", "ccfc_digits", "--method", "KFED", "--method.init_args.lam", "3"], "init argument of KFED"),
+    (["fit", "--method.init_args.lam", "0.5", "--config", "ccfc_digits"], "after the method is chosen"),
+    (["fit", "--config", "ccfc_digits", "--logger", "wanb"], "one of csv, wandb, tensorboard (closest: wandb)"),
+    (["fit", "--config", "ccfc_digits", "--fabric.precision", "16-mixed"], "one of auto, 32-true, bf16-mixed"),
+    (["fit", "--config", "ccfc_digits", "--method.init_args.crop_scale", "0.5"], "a list of 2 numbers"),
+    (["fit", "--config", "ccfc_digits", "--method.init_args.augment", "colr"], "(closest: color)"),
+    (["fit", "--config", "ccfc_digits", "--method.init_args.lr", "-1e-5"], "goes after an equals sign"),
+    (["fit", "--config", "ccfc_digits", "--seed", "1.5"], "seed = '1.5' is not valid: an integer"),
+    (["fit", "--config", "ccfc_digits", "--federation.rounds", "many"], "an integer or null"),
+    (["fit", "--config", "ccfc_digits", "--progress", "maybe"], "true or false"),
+    (["fit", "--config", "ccfc_digits", "--seed", "3", "extra"], "'extra' is not an option"),
+    (["fit", "--config", "ccfc_digits", "--data.n", "3"], "--data.n is ambiguous"),
+    (["fit", "--config", "ccfc_digits", "--data", '{"pp": 1}'], "a data setting (closest: p)"),
     (["fit"], "--method is required"),
     (["fit", "--config", "{d}/nested.yaml"], "nested.yaml: data.pp = 1 is not valid: a data setting"),
     (["fit", "--config", "{d}/wrong_type.yaml"], "wrong_type.yaml: data.p = 'abc' is not valid: a number"),
@@ -164,37 +164,37 @@ def test_what_the_precheck_refuses_the_real_parser_refuses_too(files, fresh_proc
 
 
 VALID = [  # (argv, verdict): each accepted by the real parser; "aside" = left to it on purpose
-    (["fit", "--config", "quickstart", "--method.lam", "0.3"], "passed"),
-    (["fit", "--config", "quickstart", "--method", "KFED"], "passed"),  # CCFC's init args are dropped
-    (["fit", "--config", "quickstart", "--method", "CCFC", "--method.init_args.lam", "0.5", "--method", "KFED"],
+    (["fit", "--config", "ccfc_digits", "--method.lam", "0.3"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method", "KFED"], "passed"),  # CCFC's init args are dropped
+    (["fit", "--config", "ccfc_digits", "--method", "CCFC", "--method.init_args.lam", "0.5", "--method", "KFED"],
      "passed"),
-    (["fit", "--config", "quickstart", "--federation.roun", "5", "--see", "5"], "passed"),  # abbreviations
-    (["fit", "--config", "quickstart", "--method", '{"class_path": "KFED"}'], "passed"),
-    (["fit", "--config", "quickstart", "--method", "{lam: 0.5}"], "passed"),
-    (["fit", "--config", "quickstart", "--method.init_args", '{"lam": 3}'], "passed"),
-    (["fit", "--config", "quickstart", "--method.class_path", "KFED", "--method.k_local", "4"], "passed"),
-    (["fit", "--config", "quickstart", "--method", "FedU", "--method.init_args.ema_decay", "0.5"], "passed"),
-    (["fit", "--config", "quickstart", "--method", "fedclust.methods.families.fedu.FedU"], "passed"),
-    (["fit", "--config", "quickstart", "--method", "fedclust.methods.ccfc.CCFC"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--federation.roun", "5", "--see", "5"], "passed"),  # abbreviations
+    (["fit", "--config", "ccfc_digits", "--method", '{"class_path": "KFED"}'], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method", "{lam: 0.5}"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method.init_args", '{"lam": 3}'], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method.class_path", "KFED", "--method.k_local", "4"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method", "FedU", "--method.init_args.ema_decay", "0.5"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method", "fedclust.methods.families.fedu.FedU"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method", "fedclust.methods.ccfc.CCFC"], "passed"),
     (["fit", "--method", "CCFC", "--method.init_args.lam", "3"], "passed"),
-    (["fit", "--config", "quickstart", "--data", '{"p": 0.5}'], "passed"),
-    (["fit", "--config", "quickstart", "--data.p", "1e-5", "--data.alpha", "-3"], "passed"),
-    (["fit", "--config", "quickstart", "--method.init_args.lam=-1e-3"], "passed"),  # lr=-1e-3: test_precheck_checks
-    (["fit", "--config", "quickstart", "--progress", "yes", "--embedding_plot=false"], "passed"),
-    (["fit", "--config", "quickstart", "--name", "3", "--group", "null"], "passed"),
-    (["fit", "--config", "quickstart", "--data.partition", "iid", "--data.num_clients", "1_000", "--seed", "0x10"],
+    (["fit", "--config", "ccfc_digits", "--data", '{"p": 0.5}'], "passed"),
+    (["fit", "--config", "ccfc_digits", "--data.p", "1e-5", "--data.alpha", "-3"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method.init_args.lam=-1e-3"], "passed"),  # lr=-1e-3: test_precheck_checks
+    (["fit", "--config", "ccfc_digits", "--progress", "yes", "--embedding_plot=false"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--name", "3", "--group", "null"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--data.partition", "iid", "--data.num_clients", "1_000", "--seed", "0x10"],
      "passed"),
-    (["fit", "--config", "quickstart", "--data.root", "[1,2]", "--fabric.devices", "auto"], "passed"),
-    (["fit", "--config", "quickstart", "--fabric.devices", "2.5"], "passed"),  # int | str
-    (["fit", "--config", "quickstart", "--fabric.precision", "auto", "--fabric.memory_format", "auto"], "passed"),
-    (["fit", "--config", "quickstart", "--method.num_clusters", "null"], "passed"),
-    (["fit", "--config", "quickstart", "--method.init_args.crop_scale", "[0.5, 1.0]"], "passed"),
-    (["fit", "--config", "quickstart", "--method.dict_kwargs", "{}"], "passed"),
-    (["fit", "--config", "quickstart", "--data.name", "imagenet10", "--data.options", "{image_size: 64}"], "passed"),
-    (["fit", "--config", "quickstart", "--data.options.image_size", "64"], "aside"),
-    (["fit", "--config", "quickstart", "--config", "kfed_fmnist"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--data.root", "[1,2]", "--fabric.devices", "auto"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--fabric.devices", "2.5"], "passed"),  # int | str
+    (["fit", "--config", "ccfc_digits", "--fabric.precision", "auto", "--fabric.memory_format", "auto"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method.num_clusters", "null"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method.init_args.crop_scale", "[0.5, 1.0]"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--method.dict_kwargs", "{}"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--data.name", "imagenet10", "--data.options", "{image_size: 64}"], "passed"),
+    (["fit", "--config", "ccfc_digits", "--data.options.image_size", "64"], "aside"),
+    (["fit", "--config", "ccfc_digits", "--config", "kfed_fmnist"], "passed"),
     (["fit", "--print_config"], "passed"),  # prints the defaults: nothing is required
-    (["fit", "--config", "quickstart", "--bogus", "--help"], "aside"),  # help wins wherever it stands
+    (["fit", "--config", "ccfc_digits", "--bogus", "--help"], "aside"),  # help wins wherever it stands
     (["evaluate", "--ru", "{d}/fake_run", "--knn", "1", "3", "--linear", "yes"], "passed"),  # -3: test_precheck_checks
     (["evaluate", "--run", "{d}/fake_run", "--knn=3", "--split", "test"], "passed"),
     (["sweep", "--config", "kfed_fmnist", "--grid", "data.p=0,0.5", "--grid=seed=1,2", "--devices", "0", "1",
@@ -243,7 +243,7 @@ def test_every_packaged_config_and_its_resolved_dump_pass(tmp_path, fresh_proces
 def test_a_stale_schema_refuses_nothing(fresh_process):
     schema = cli_schema.load()
     stale = {**schema, "fingerprint": "not the code's"}
-    args = expand_config_args(["fit", "--config", "quickstart", "--data.p", "abc"])[1:]
+    args = expand_config_args(["fit", "--config", "ccfc_digits", "--data.p", "abc"])[1:]
     with pytest.raises(Exception, match="data.p"):  # noqa: PT011
         precheck.judge("fit", args, schema)
     assert precheck.judge("fit", args, stale) == "aside"
@@ -289,6 +289,6 @@ def test_the_real_parsers_errors_read_the_same_way(capsys, monkeypatch, argv, ne
     from fedclust.__main__ import main
 
     monkeypatch.setattr(precheck, "check", lambda command, args: None)
-    assert main(["fit", "--config", "quickstart", *argv]) == 2
+    assert main(["fit", "--config", "ccfc_digits", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err, err

@@ -29,7 +29,7 @@ from tests.helpers.cli import fill
 from tests.helpers.known_data import write_checkpoint_stub
 
 LIMIT_S = 3.0
-QUICK = ["fit", "--config", "quickstart"]
+QUICK = ["fit", "--config", "ccfc_digits"]
 
 # (id, argv, a piece of the one-line message); {d} is the prepared folder of the `files` fixture
 CASES = [
@@ -108,7 +108,7 @@ def files(tmp_path_factory) -> Path:
     (d / "taken" / "metrics.csv").write_text("an earlier run's")
     run = d / "truncated_run"
     (run / "config.yaml").parent.mkdir()
-    (run / "config.yaml").write_text(_resolved("quickstart"))
+    (run / "config.yaml").write_text(_resolved("ccfc_digits"))
     checkpoint = run / "checkpoints" / "last.ckpt"
     write_checkpoint_stub(checkpoint)
     checkpoint.write_bytes(checkpoint.read_bytes()[:-30])  # cut short: no central directory
@@ -202,12 +202,12 @@ def test_an_unsafe_checkpoint_is_refused_before_any_data_or_model(files, tmp_pat
 
     import torch
 
-    from fedclust import fit as fit_module
+    from fedclust import run as fit_module
     from fedclust.__main__ import main
 
     run = tmp_path / "crafted"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "config.yaml").write_text(_resolved("quickstart"))
+    (run / "config.yaml").write_text(_resolved("ccfc_digits"))
     torch.save({"model": argparse.Namespace(), "server": {}, "clients": {}, "done": 1},
                run / "checkpoints" / "last.ckpt")
 

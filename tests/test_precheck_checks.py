@@ -20,7 +20,7 @@ from fedclust.config_files import expand_config_args
 from tests.helpers.cli import HEAVY, fill, refusals_in_a_fresh_interpreter
 from tests.helpers.known_data import write_checkpoint_stub
 
-QUICK = ["fit", "--config", "quickstart"]
+QUICK = ["fit", "--config", "ccfc_digits"]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[Healt
 def saved_run(tmp_path_factory) -> Path:
     """One real run folder that no bad input may touch."""
     run = tmp_path_factory.mktemp("saved") / "run"
-    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
+    assert main(["fit", "--config", "ccfc_digits", "--federation.rounds", "2", "--progress", "false",
                  "--run_dir", str(run)]) == 0
     return run
 
@@ -81,7 +81,7 @@ def test_values_outside_every_fields_range(tmp_path, capsys, saved_run, field_va
     field, value = field_value
     before = _snapshot(saved_run)
     target = tmp_path / "new_run"
-    err = _refused(capsys, ["fit", "--config", "quickstart", f"--{field}={_yaml_value(value)}",
+    err = _refused(capsys, ["fit", "--config", "ccfc_digits", f"--{field}={_yaml_value(value)}",
                             "--run_dir", str(target)])
     assert field.rsplit(".", 1)[-1] in err
     assert not target.exists()

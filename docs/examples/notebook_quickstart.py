@@ -3,7 +3,7 @@
     python docs/examples/notebook_quickstart.py [RUNS_DIR]
 
 1. Your own arrays, three lines: k-FED clusters scikit-learn's 8x8 digits held by 10 clients.
-2. A packaged config with dotted overrides: the quick start's CCFC, cut to 3 rounds.
+2. A packaged config with dotted overrides: the quick start's FedSpectral, cut to 3 rounds.
 Every run still writes its folder (under RUNS_DIR, default runs/): `fedclust evaluate --run DIR` re-scores it.
 """
 

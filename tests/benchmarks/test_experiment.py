@@ -70,12 +70,15 @@ def test_grid_crosses_each_config_and_a_config_may_have_its_own(write_experiment
 
 def test_heterogeneity_experiment_is_what_issue_22_asks_for():
     exp = load("heterogeneity_fmnist", EXPERIMENTS)
-    assert exp.labels == ["k-FED", "KM", "CCFC", "CCFC++", "FedSpectral"]
+    assert exp.labels == ["k-FED", "KM", "FedSpectral", "CCFC++ (20+10)", "CCFC (20+10)"]
     assert all(r.point.overrides["data.split"] == "test" for r in exp.runs)
     every_p = {0, 0.25, 0.5, 0.75, 1}
-    for label in ("k-FED", "CCFC", "FedSpectral"):
+    for label in ("k-FED", "FedSpectral"):
         assert {r.values["data.p"] for r in exp.runs if r.label == label} == every_p
-    assert {r.values["data.p"] for r in exp.runs if r.label == "CCFC++"} == {0, 0.5, 1}
+    for label in ("CCFC++ (20+10)", "CCFC (20+10)"):  # the same shortened schedule for both (issue 22 item 3)
+        runs = [r for r in exp.runs if r.label == label]
+        assert {r.values["data.p"] for r in runs} == {0, 0.5, 1}
+        assert all(r.point.overrides["method.init_args.pretrain_rounds"] == 20 for r in runs)
     assert [r.values for r in exp.runs if r.label == "KM"] == [{"seed": 0}]
     seeds = {(r.values["data.p"], r.values["seed"]) for r in exp.runs if r.label == "FedSpectral"}
     assert {(0, 1), (0, 2), (1, 1), (1, 2), (0.5, 0)} <= seeds and (0.5, 1) not in seeds
@@ -83,7 +86,7 @@ def test_heterogeneity_experiment_is_what_issue_22_asks_for():
                            "commit"]
     assert exp.plot == {"x": "data.p", "y": "nmi"}
     nmi = exp.paper[0]
-    assert nmi["metric"] == "nmi" and nmi["cells"]["KM"] == 0.6070 and nmi["cells"]["CCFC"][1] == 0.1211
+    assert nmi["metric"] == "nmi" and nmi["cells"]["KM"] == 0.6070 and nmi["cells"]["CCFC (20+10)"][1] == 0.1211
 
 
 def test_every_experiment_gives_runs_the_fit_parser_accepts():

@@ -20,7 +20,7 @@ def test_wandb_logger_works_offline(run_fit, tmp_path, monkeypatch):
 def _fit_quickstart(tmp_path, *extra):
     from fedclust.__main__ import main
 
-    argv = ["fit", "--config", "quickstart", "--federation.rounds", "2",
+    argv = ["fit", "--config", "ccfc_digits", "--federation.rounds", "2",
             "--progress", "false", "--run_dir", str(tmp_path / "cli"), *extra]
     assert main(argv) == 0
     return tmp_path / "cli"
@@ -93,7 +93,7 @@ def test_a_missing_logger_package_is_one_sentence_before_any_folder(tmp_path, mo
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    assert main(["fit", "--config", "quickstart", "--logger", "wandb", "--run_dir", str(tmp_path / "r")]) == 2
+    assert main(["fit", "--config", "ccfc_digits", "--logger", "wandb", "--run_dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "fedclust[wandb]" in err
     assert not (tmp_path / "r").exists()

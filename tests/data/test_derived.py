@@ -31,7 +31,7 @@ def test_rotated_rejects_bad_options_naming_the_field(options, field):
 
 def test_representations_are_the_saved_models_embeddings(tmp_path):
     run = tmp_path / "run"
-    assert main(["fit", "--config", "configs/quickstart.yaml", *TINY, "--run_dir", str(run)]) == 0
+    assert main(["fit", "--config", "configs/ccfc_digits.yaml", *TINY, "--run_dir", str(run)]) == 0
     ds = load_dataset("representations", run=str(run))
     base = load_dataset("digits")
     assert ds.x.shape == (len(base), 16) and not ds.is_image  # TINY sets latent_dim 16
