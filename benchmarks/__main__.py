@@ -3,6 +3,7 @@
     python -m benchmarks list [NAME ...]                       # runs done / running / pending (NAME: each run)
     python -m benchmarks run NAME [--slots N] [--only LABEL ...] [--devices 0 1] [--nice 10]
     python -m benchmarks report NAME                           # results/NAME.csv, NAME.md (+ NAME.png)
+    python -m benchmarks results                               # docs/results.md from every results/NAME.csv
 
 NAME is a file of benchmarks/experiments (or a YAML path). `run` is resumable: the same command again after
 an interruption skips what is done and resumes what is checkpointed. Never run it inside CI.
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="write results/NAME.csv, .md (+ .png)")
     report.add_argument("name")
     report.add_argument("--replace", action="store_true", help="overwrite a results file a former script wrote")
+    results = sub.add_parser("results", help="write docs/results.md from every results/NAME.csv")
+    results.add_argument("--output", type=Path, default=common.ROOT / "docs" / "results.md", help="the page to write")
     opts = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "benchmarks", *argv])
     try:
@@ -69,6 +72,11 @@ def _do(opts: argparse.Namespace, command: str) -> int:
             pending = sum(s in PENDING for s in states)
             print(f"{exp.name:28s} {states.count('done'):3d} done {states.count('running'):3d} running "
                   f"{pending:3d} pending  {exp.title}")
+        return 0
+    if opts.command == "results":
+        from .overview import write
+
+        print(write(opts.results, opts.experiments, opts.output))
         return 0
     exp = load(opts.name, opts.experiments)
     if opts.command == "run":

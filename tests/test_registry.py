@@ -1,7 +1,10 @@
-"""The one registry of methods (fedclust/registry.py) agrees with the package, the configs and the README."""
+"""The one registry of methods (fedclust/registry.py) agrees with the package, the configs and the method tables
+(README.md, docs/methods.md)."""
 
 import re
 from pathlib import Path
+
+import pytest
 
 import fedclust.methods
 from fedclust.contract import FederatedMethod
@@ -28,9 +31,10 @@ def test_every_method_has_a_config_and_every_config_a_registered_method():
         assert method in METHODS, f"{path.name} names {method}, which is not registered"
 
 
-def test_the_readme_method_table_lists_exactly_the_registered_methods():
-    text = (ROOT / "README.md").read_text()
-    table = text[text.index("## Methods"):text.index("## Measured")]
+@pytest.mark.parametrize("page, end", [("README.md", "## Results"), ("docs/methods.md", "## Adding a method")])
+def test_the_method_tables_list_exactly_the_registered_methods(page, end):
+    text = (ROOT / page).read_text()
+    table = text[text.index("| method"):text.index(end)]
     names = {n for row in table.splitlines() if row.startswith("| `")
              for n in re.findall(r"`(\w+)`", row.split("|")[1])}
     assert names == set(METHODS)
@@ -48,3 +52,25 @@ def test_every_registered_method_has_a_tiny_setting():
     from tests.helpers.tiny import TINY_METHODS
 
     assert set(TINY_METHODS) == set(METHODS)
+
+
+def test_the_readme_method_table_names_each_method_s_packaged_configs_exactly():
+    """Each row's configs (brace and * patterns) are exactly the configs whose method is that row's."""
+    import fnmatch
+
+    def expand(pattern: str) -> list[str]:
+        brace = re.search(r"\{([^}]*)\}", pattern)
+        if not brace:
+            return [pattern]
+        return [name for alt in brace.group(1).split(",")
+                for name in expand(pattern[:brace.start()] + alt + pattern[brace.end():])]
+
+    text = (ROOT / "README.md").read_text()
+    every = [path.stem for path in (ROOT / "configs").glob("*.yaml")]
+    for row in text[text.index("## Methods"):text.index("## Results")].splitlines():
+        if row.startswith("| `"):
+            cells = row.split("|")
+            (name,) = re.findall(r"`(\w+)`", cells[1])
+            patterns = [e for p in re.findall(r"`([^`]+)`", cells[2]) for e in expand(p)]
+            listed = {c for e in patterns for c in fnmatch.filter(every, e)}
+            assert listed == set(configs_of(name, ROOT / "configs")), name
