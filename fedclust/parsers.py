@@ -1,5 +1,5 @@
 """jsonargparse parsers typed from a function's signature, knowing no command: each command's module builds its
-own parser with `command_parser` (fit.fit_parser, evaluate.evaluate_parser, ...), and hands it back here to
+own parser with `command_parser` (run.fit_parser, evaluate.evaluate_parser, ...), and hands it back here to
 parse a command line, to turn the parsed values into objects, or to read a saved config file with it.
 
 Building a command's parser imports torch and Lightning (through the types in its signature), so the command

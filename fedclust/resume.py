@@ -1,4 +1,4 @@
-"""What `fit --resume` may change, and what a resumed run keeps from its start (fit.py calls both)."""
+"""What `fit --resume` may change, and what a resumed run keeps from its start (fedclust/run.py calls both)."""
 
 from __future__ import annotations
 

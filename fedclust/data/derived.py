@@ -45,7 +45,7 @@ def rotated(load: Load, root: str | None, split: str, source: str = "mnist", lab
 
 
 # Reading a saved run needs the run level (fit's config parser, every method); the data layer cannot import
-# upward, so fedclust.fit hands its load_run down here when it is imported (evaluate imports it too).
+# upward, so fedclust.run hands its load_run down here when it is imported (evaluate imports it too).
 _run_loader = None
 
 
