@@ -3,6 +3,7 @@
     fedclust fit --config quickstart [--federation.rounds 5 ...]     (a packaged config's name, or a path)
     fedclust fit --resume runs/RUN_DIR
     fedclust evaluate --run runs/RUN_DIR [--split test] [--knn 3 5 7 9 100 1000 7000] [--linear true]
+                      [--diagnose true]
     fedclust sweep --config kfed_fmnist --grid data.p=0,0.5,1 --grid seed=1,2 --slots 2
     fedclust compare runs/RUN_A runs/RUN_B ... [--output compare.html]
     fedclust configs                                                   (the packaged configs)
@@ -28,7 +29,8 @@ from fedclust.registry import METHODS
 
 SUBCOMMANDS = {
     "fit": "Run one federated clustering experiment.",
-    "evaluate": "Re-score a saved run (other splits, kNN and linear probes, per-client scores).",
+    "evaluate": "Re-score a saved run (other splits, kNN and linear probes, per-client scores, "
+                "diagnostics).",
     "sweep": "Run a grid of configs over CPU slots or GPUs.",
     "compare": "One self-contained HTML page comparing run folders (or sweep folders of them).",
     "configs": "List the packaged configs with their descriptions.",

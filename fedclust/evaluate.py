@@ -1,6 +1,6 @@
 """`fedclust evaluate`: re-score a saved run, or assign clusters to another split with the saved model; optionally
-score each client's own samples (CCFC Table 4) and probe its representations (kNN accuracy, CCFC Table 3; linear
-evaluation, FedMCC Tables III-IV)."""
+score each client's own samples (CCFC Table 4), probe its representations (kNN accuracy, CCFC Table 3; linear
+evaluation, FedMCC Tables III-IV) and diagnose them (spectrum, brightness, cluster sizes: docs/diagnostics.md)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,17 @@ from jsonargparse import ArgumentParser
 from rich.console import Console
 from rich.table import Table
 
+from fedclust.callbacks.diagnostics import diagnose_model
 from fedclust.clustering.metrics import LABEL_METRICS, cluster_metrics, grouped_cluster_metrics, label_free_metrics
+from fedclust.contract import FederatedMethod
 from fedclust.data.checks import check_data_name
 from fedclust.data.client_data import FederatedData
 from fedclust.data.datasets import DATASETS, load_dataset
 from fedclust.errors import ConfigError
 from fedclust.parsers import command_parser
 from fedclust.probes import ProbeData, knn_accuracy, linear_probe, probe_data
+from fedclust.probes.diagnose import DIAGNOSTIC_KEYS
+from fedclust.registry import METHODS
 from fedclust.run import load_run
 from fedclust.run_checks import check_evaluate_settings, check_ks
 from fedclust.run_folder import check_writable, write_assignments, write_json
@@ -28,7 +32,7 @@ from fedclust.run_folder import check_writable, write_assignments, write_json
 
 def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", data_name: str | None = None,
              data_root: str | None = None, output: str | None = None, knn: list[int] | None = None,
-             linear: bool = False, per_client: bool = False) -> dict[str, float]:
+             linear: bool = False, per_client: bool = False, diagnose: bool = False) -> dict[str, float]:
     """Score the saved global model of a run folder.
 
     Args:
@@ -48,6 +52,11 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         per_client: Also score each client's own samples separately (CCFC Table 4's per-client Kappa, with each
             client's imbalance ratio: its largest class over its smallest present one) and the mean over
             clients; written to RUN/evaluate_per_client.json. Needs split "same" (the run's own clients).
+        diagnose: Also diagnose the final model's representation of the evaluated samples, as `fedclust fit
+            --diagnose true` does at every evaluated round: effective rank, top-1/top-3 variance share,
+            directions holding 90 %, |r| of its first direction with brightness, cluster sizes and the NMI of
+            k-means on it (docs/diagnostics.md); written to RUN/diagnostics_<split>.json. Needs a method that
+            learns a representation (its own `embed`).
     """
     check_evaluate_settings(split, data_name, per_client, knn)  # before loading anything (also in fedclust.precheck)
     if data_name is not None:
@@ -57,6 +66,8 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
         check_writable(Path(output), "output")  # before any work
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     method, data_cfg, seed, state, base = load_run(folder, device)
+    if diagnose:
+        check_diagnosable(method)  # before anything is computed or written
     if not base.dataset.has_labels:  # the probes and the per-client table score against labels
         for option, asked in (("knn", knn), ("linear", linear), ("per_client", per_client)):
             if asked:
@@ -97,6 +108,8 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
                          justify="right")
     table.add_row(*(f"{v:.4f}" for v in metrics.values()))
     Console().print(table)
+    if diagnose:
+        diagnose_run(folder, method, data, clusters, split, data_name or data_cfg.name, seed, state["done"])
     if per_client:
         score_clients(folder, clusters, data)
     if probes is not None:
@@ -113,6 +126,43 @@ def evaluate_parser() -> ArgumentParser:
                         help="Also report majority-vote kNN test accuracy on the representations for each k "
                              "(CCFC Table 3: 3 5 7 9 100 1000 7000); saved in RUN/evaluate_probes.json.")
     return parser
+
+
+def check_diagnosable(method: FederatedMethod) -> None:
+    """Diagnostics describe a learned representation: a method that keeps the contract's `embed` (the input
+    itself, flattened) is refused in one sentence naming the methods that have one."""
+    if has_embedding(type(method)):
+        return
+    having = [name for name, entry in METHODS.items() if has_embedding(entry.load())]
+    raise ConfigError("diagnose", True, f"diagnostics need a method that learns an embedding, and "
+                      f"{type(method).__name__} clusters the input itself (the methods with one: {', '.join(having)})")
+
+
+def has_embedding(cls: type) -> bool:
+    """Whether a method class maps samples to a representation of its own (it overrides `embed`)."""
+    return getattr(cls, "embed", None) is not FederatedMethod.embed
+
+
+COUNTS = ("directions_90", "cluster_min", "cluster_max", "empty_clusters")  # printed as whole numbers
+
+
+def diagnose_run(folder: Path, method: FederatedMethod, data: FederatedData, clusters: torch.Tensor, split: str,
+                 data_name: str, seed: int, rounds: int) -> dict:
+    """The diagnostics of the final model on the evaluated samples, as one record (every key present, a value
+    that cannot be computed, such as the k-means NMI without labels, is null); written to
+    RUN/diagnostics_<split>.json and printed."""
+    found = diagnose_model(method, data, clusters, seed)
+    record = {"split": split, "data": data_name, "samples": len(clusters), "round": rounds,
+              **{key: found.get(key, math.nan) for key in DIAGNOSTIC_KEYS}}
+    write_json(folder / f"diagnostics_{split}.json", record, "run")
+    table = Table(title=f"{folder.name}: diagnostics, {split}")
+    table.add_column("diagnostic")
+    table.add_column("value", justify="right")
+    for key in DIAGNOSTIC_KEYS:
+        value = record[key]
+        table.add_row(key, "n/a" if not math.isfinite(value) else f"{value:.0f}" if key in COUNTS else f"{value:.4f}")
+    Console().print(table)
+    return record
 
 
 def score_clients(folder: Path, clusters: torch.Tensor, data: FederatedData) -> dict:

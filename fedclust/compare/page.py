@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 import time
 from pathlib import Path
 
 import plotly.io as pio
 from jsonargparse import ArgumentParser
 
-from fedclust.compare import figures
+from fedclust.compare import diagnostics, figures
 from fedclust.compare.runs import METRICS, RunRecord, load_runs
 from fedclust.errors import ConfigError
 from fedclust.parsers import command_parser
@@ -19,7 +20,8 @@ from fedclust.run_folder import write_output
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}h2{margin-top:32px}"""
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}h2{margin-top:32px}
+p.note{color:#8a5a00;margin:4px 0}"""
 
 
 def compare(runs: list[str], output: str = "compare.html", title: str = "fedclust runs") -> str:
@@ -36,16 +38,22 @@ def compare(runs: list[str], output: str = "compare.html", title: str = "fedclus
         raise ConfigError("output", output, "a file path for the HTML page, not a folder")
     sections = [f"<h1>{html.escape(title)}</h1><p>{len(records)} runs, written {time.strftime('%Y-%m-%d %H:%M')}"
                 "</p>", "<h2>Final metrics</h2>", final_table(records)]
+    if diagnosed := diagnostics.section(records):  # runs diagnosed by fit or evaluate (--diagnose true)
+        sections.append(diagnosed)
     plots = figures.heterogeneity(records)
     if (failures := figures.failures(records)) is not None:
         plots.append(failures)
     if plots:
         sections += ["<h2>Against heterogeneity and failures</h2>", _grid(plots)]
-    sections += ["<h2>Curves</h2>", _grid([figures.curves(records, m) for m in ("nmi", "acc", "ari", "loss")])]
+    sections += ["<h2>Curves</h2>", _grid([figures.curves(records, m) for m in ("nmi", "acc", "ari", "loss")]
+                                          + diagnostics.curves(records, figures.LAYOUT))]
     heatmaps = [f for f in (figures.partition_heatmap(r) for r in records) if f is not None]
     if heatmaps:
         sections += ["<h2>Partitions</h2>", _grid(heatmaps)]
     write_output(out, _page(title, "\n".join(sections)), "output")
+    for run in records:  # (also on the page, above the diagnostics table)
+        for note in run.diagnostics.notes:
+            print(f"fedclust: note: {run.name}: {note}", file=sys.stderr)
     print(f"wrote {out} ({len(records)} runs)")
     return str(out)
 

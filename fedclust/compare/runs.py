@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from fedclust.compare.diagnostics import RunDiagnostics, read_diagnostics
 from fedclust.compare.paper_numbers import method_label
 from fedclust.errors import ConfigError
 from fedclust.run_folder import read_final_metrics
@@ -30,6 +31,7 @@ class RunRecord:
     history: list[dict[str, float]]  # metrics.csv rows (missing values are nan)
     final: dict[str, float]
     counts: list[list[int]] = field(default_factory=list)  # partition.csv: client x class
+    diagnostics: RunDiagnostics = field(default_factory=RunDiagnostics)  # diagnostics.csv, diagnostics_*.json
 
     @property
     def heterogeneity(self) -> tuple[str, float] | None:
@@ -83,7 +85,8 @@ def load_run_record(folder: Path) -> RunRecord:
         data=str(data.get("name", "?")), partition=str(data.get("partition", "?")),
         p=_float(data.get("p")), alpha=_float(data.get("alpha")),
         disconnect_rate=_float(federation.get("disconnect_rate")) or 0.0, seed=int(cfg.get("seed", 0)),
-        history=history, final=final, counts=_read_counts(folder / "partition.csv"))
+        history=history, final=final, counts=_read_counts(folder / "partition.csv"),
+        diagnostics=read_diagnostics(folder))
 
 
 def _float(value) -> float | None:

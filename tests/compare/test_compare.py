@@ -7,11 +7,14 @@ import pytest
 import yaml
 
 from fedclust.__main__ import main
+from fedclust.compare.diagnostics import LABELS
 from fedclust.compare.runs import load_runs
+from fedclust.probes.diagnose import DIAGNOSTIC_KEYS
 
 
-def fake_run(root, name, method="KFED", p=0.0, seed=1, rate=0.0, nmi=0.5, rounds=3, alpha=None):
-    """A run folder as `fedclust fit` writes it, without running anything."""
+def fake_run(root, name, method="KFED", p=0.0, seed=1, rate=0.0, nmi=0.5, rounds=3, alpha=None, diagnose=False):
+    """A run folder as `fedclust fit` writes it (with diagnostics.csv: `--diagnose true`), without running
+    anything."""
     folder = root / name
     folder.mkdir(parents=True)
     config = {"method": {"class_path": method, "init_args": {}}, "seed": seed,
@@ -27,6 +30,11 @@ def fake_run(root, name, method="KFED", p=0.0, seed=1, rate=0.0, nmi=0.5, rounds
     final = {k: nmi for k in ("nmi", "acc", "ari", "kappa", "purity")}
     (folder / "final.json").write_text(json.dumps({"metrics": final, "rounds": rounds}))
     (folder / "partition.csv").write_text("client,class_0,class_1\n0,5,1\n1,0,7\n2,3,3\n")
+    if diagnose:  # a representation collapsing onto brightness, as CCFC's did on Fashion-MNIST
+        rows = [",".join(["round", *DIAGNOSTIC_KEYS])]
+        for r in range(1, rounds + 1):
+            rows.append(f"{r},{20 / r},0.5,{0.6 + 0.1 * r},{12 - r},{0.3 * r},40,900,0.9,0,0.4")
+        (folder / "diagnostics.csv").write_text("\n".join(rows) + "\n")
     return folder
 
 
@@ -92,3 +100,73 @@ def test_p_and_alpha_get_one_figure_each(tmp_path):
     assert [f.layout.xaxis.title.text for f in figs] == ["alpha", "p"]
     assert [t.name for t in figs[0].data] == ["FedCC on fmnist"]  # no published line for Dirichlet settings
     assert "k-FED on fmnist, paper (CCFC Table 1)" in [t.name for t in figs[1].data]
+
+
+def test_the_page_names_every_diagnostic():
+    assert list(LABELS) == list(DIAGNOSTIC_KEYS)
+
+
+def test_diagnosed_runs_get_curves_and_a_table_others_nothing(tmp_path):
+    root = tmp_path / "runs"
+    plain = fake_run(root, "plain")
+    out = tmp_path / "plain.html"
+    assert main(["compare", str(plain), "--output", str(out)]) == 0
+    page = out.read_text()
+    assert "<h2>Diagnostics</h2>" not in page and "Effective rank of z" not in page
+    assert "first direction with brightness" not in page and page.count('class="plotly-graph-div') == 4 + 1
+
+    diagnosed = fake_run(root, "diagnosed", method="CCFC", diagnose=True)
+    (diagnosed / "diagnostics_test.json").write_text(json.dumps(
+        {"split": "test", "data": "fmnist", "samples": 10, "round": 3,
+         **{key: 0.5 for key in DIAGNOSTIC_KEYS}, "embed_kmeans_nmi": None}))
+    assert main(["compare", str(plain), str(diagnosed), "--output", str(out)]) == 0
+    page = out.read_text()
+    for title in ("Effective rank of z per round", "Top-3 variance share of z per round",
+                  "|r| of z's first direction with brightness per round"):
+        assert page.count(title) == 1
+    section = page[page.index("<h2>Diagnostics</h2>"):page.index("<h2>Curves</h2>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", section)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows[1:]]
+    # one row per source: the run's last diagnosed round, and the evaluated test split; the plain run has none
+    assert [c[:3] for c in cells] == [["diagnosed", "CCFC", "fit, round 3"],
+                                      ["diagnosed", "CCFC", "evaluate test, round 3"]]
+    assert cells[0][3:6] == ["6.6667", "0.5000", "0.9000"] and cells[1][-1] == ""  # null: not computed
+    assert 'class="note"' not in section
+
+
+@pytest.mark.parametrize("name,content,needle", [
+    ("diagnostics.csv", "round,effective_rank\n1,2.0\n2,abc\n3,,\n", "2 of 3 rows are not rows of numbers"),
+    ("diagnostics.csv", "just,some,words\nx,y,z\n", "not a diagnostics table"),
+    ("diagnostics.csv", b"\xff\xfe\x00binary", "cannot be read"),
+    ("diagnostics_same.json", "{not json", "not a diagnostics record"),
+    ("diagnostics_same.json", '{"effective_rank": "high"}', "not a diagnostics record"),
+    ("diagnostics_same.json", "[1, 2]", "not a diagnostics record"),
+])
+def test_a_damaged_diagnostics_file_is_one_line_on_the_page(tmp_path, capsys, name, content, needle):
+    run = fake_run(tmp_path / "runs", "damaged", method="CCFC")
+    path = run / name
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    out = tmp_path / "page.html"
+
+    assert main(["compare", str(run), "--output", str(out)]) == 0
+
+    page = out.read_text()
+    notes = re.findall(r'<p class="note">(.*?)</p>', page)
+    assert len(notes) == 1 and notes[0].startswith(f"damaged: {name}") and needle in notes[0]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+    readable = name == "diagnostics.csv" and "rows" in needle  # its one good row is still drawn
+    assert ("Effective rank of z per round" in page) == readable
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package (.ci/run installs it)")
+def test_diagnostic_curves_render_in_headless_chromium(tmp_path):
+    run = fake_run(tmp_path / "runs", "diagnosed", method="CCFC", diagnose=True)
+    out = tmp_path / "page.html"
+    main(["compare", str(run), "--output", str(out)])
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                          "--virtual-time-budget=15000", "--dump-dom", out.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    # 4 metric curves + 3 diagnostic curves + 1 partition heatmap, each drawn by plotly.js
+    assert len(re.findall(r'class="plotly-graph-div[^"]*js-plotly-plot', dom)) == 8
+    assert "Effective rank of z per round" in dom and dom.count('class="trace scatter') >= 7
