@@ -1,6 +1,7 @@
 """Diagnostics of a representation and of a clustering: the probes that found CCFC's collapse on Fashion-MNIST
 (benchmarks/results/ccfc_stage1_fmnist_test.md), as one function a run calls at every evaluated round
-(`fedclust fit --diagnose true`: callbacks/diagnostics.py).
+(`fedclust fit --diagnose true`: callbacks/diagnostics.py) and `fedclust evaluate --diagnose true` calls on a
+saved model; docs/diagnostics.md says how to read them.
 
 - **Spectrum** of the (L2-normalised) representation's covariance: the effective rank (Roy & Vetterli 2007:
   exp of the entropy of the normalised eigenvalues; d when every direction carries the same variance, 1 when
