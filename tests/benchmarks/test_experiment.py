@@ -83,7 +83,7 @@ def test_heterogeneity_experiment_is_what_issue_22_asks_for():
     seeds = {(r.values["data.p"], r.values["seed"]) for r in exp.runs if r.label == "FedSpectral"}
     assert {(0, 1), (0, 2), (1, 1), (1, 2), (0.5, 0)} <= seeds and (0.5, 1) not in seeds
     assert exp.columns == ["method", "p", "seed", "rounds", "nmi", "acc", "ari", "kappa", "seconds_per_round",
-                           "commit"]
+                           "peak_memory_mb", "commit"]
     assert exp.plot == {"x": "data.p", "y": "nmi"}
     nmi = exp.paper[0]
     assert nmi["metric"] == "nmi" and nmi["cells"]["KM"] == 0.6070 and nmi["cells"]["CCFC (20+10)"][1] == 0.1211
