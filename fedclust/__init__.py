@@ -12,12 +12,18 @@ The Python API (docs/python_api.md), imported on first use so that `import fedcl
 import importlib
 import os
 
+from fedclust.homes import find_checkout_callbacks
+
 # FAISS and torch each bring an OpenMP runtime; with the default active waiting their idle threads spin
 # and starve each other (seen while developing: a small FAISS k-means slowed by two orders of magnitude
 # next to a torch job). Must be set before either library loads, hence here.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+# callbacks/ lives at the top of the repository; a checkout on PYTHONPATH imports it as fedclust.callbacks
+# through this finder (fedclust/homes.py says why; a wheel ships it inside the package and skips this).
+find_checkout_callbacks()
 
 # name -> the module that defines it (the command line's `fit` command lives in fedclust/run.py, so that no
 # submodule shadows the API's `fedclust.fit`)

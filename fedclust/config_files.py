@@ -1,4 +1,7 @@
-"""The configs shipped inside the package (fedclust/configs/*.yaml) and how `--config` finds a file.
+"""The configs shipped with the package and how `--config` finds a file.
+
+The configs live once, in the repository's top-level configs/; the wheel ships them as fedclust/configs/
+(pyproject's package-dir), a checkout (editable install or PYTHONPATH) reads them where they are (fedclust/homes.py).
 
 `--config quickstart` (a bare name) is the packaged config of that name, so a pip user needs no clone;
 a path works as before. Config files are read as untrusted input: a missing, unreadable, binary or huge
@@ -12,8 +15,9 @@ import difflib
 from pathlib import Path
 
 from fedclust.errors import ConfigError
+from fedclust.homes import home
 
-PACKAGED = Path(__file__).resolve().parent / "configs"
+PACKAGED = home("configs")
 MAX_CONFIG_BYTES = 1 << 20  # a config is a page of YAML; anything larger is not one
 
 

@@ -141,7 +141,7 @@ def check_can_create(folder: Path, field: str) -> None:
 
 
 def check_checkpoint_file(path: Path) -> None:
-    """A checkpoint is read with torch.load (fedclust/callbacks/checkpoint.py), which writes one zip archive;
+    """A checkpoint is read with torch.load (callbacks/checkpoint.py), which writes one zip archive;
     a file that is not a complete one (cut short by a full disk or an interrupted copy) is refused here,
     torch-free, before any work."""
     path = Path(path)

@@ -75,7 +75,7 @@ def test_fit_from_a_config_name_with_overrides_returns_the_run(tmp_path):
     assert result.run_dir == folder and folder.name.startswith("quickstart_")
     # the same config.yaml as `fedclust fit --config quickstart --KEY VALUE ...` saves
     parser = fit_parser()
-    argv = ["--config", str(ROOT / "fedclust/configs/quickstart.yaml"), f"--runs_dir={tmp_path}",
+    argv = ["--config", str(ROOT / "configs/quickstart.yaml"), f"--runs_dir={tmp_path}",
             *(f"--{k}={v}" for k, v in QUICK.items())]
     assert (folder / "config.yaml").read_text() == resolved_config(parser, parse(parser, argv))[1]
     assert isinstance(result.model, FedSpectral) and result.model.hparams["latent_dim"] == 16
