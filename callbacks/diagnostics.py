@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from fedclust.contract import FederatedMethod
 from fedclust.data.dataset import to_float
 from fedclust.probes.diagnose import DIAGNOSTIC_KEYS, diagnose
 from fedclust.run_folder import write_output
@@ -26,6 +27,12 @@ def sample_brightness(x: torch.Tensor, chunk: int = 4096) -> torch.Tensor | None
     if x.dim() < 4:
         return None
     return torch.cat([to_float(x[i:i + chunk]).flatten(1).mean(1).cpu() for i in range(0, len(x), chunk)])
+
+
+def has_embedding(cls: type) -> bool:
+    """Whether a method class maps samples to a representation of its own (it overrides `embed`); one that keeps
+    the contract's (the flattened input) has nothing to diagnose (fedclust.run_checks.check_diagnose)."""
+    return getattr(cls, "embed", None) is not FederatedMethod.embed
 
 
 @torch.no_grad()

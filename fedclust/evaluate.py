@@ -14,7 +14,7 @@ from jsonargparse import ArgumentParser
 from rich.console import Console
 from rich.table import Table
 
-from fedclust.callbacks.diagnostics import diagnose_model
+from fedclust.callbacks.diagnostics import diagnose_model, has_embedding
 from fedclust.clustering.metrics import LABEL_METRICS, cluster_metrics, grouped_cluster_metrics, label_free_metrics
 from fedclust.contract import FederatedMethod
 from fedclust.data.checks import check_data_name
@@ -24,9 +24,8 @@ from fedclust.errors import ConfigError
 from fedclust.parsers import command_parser
 from fedclust.probes import ProbeData, knn_accuracy, linear_probe, probe_data
 from fedclust.probes.diagnose import DIAGNOSTIC_KEYS
-from fedclust.registry import METHODS
 from fedclust.run import load_run
-from fedclust.run_checks import check_evaluate_settings, check_ks
+from fedclust.run_checks import check_diagnose, check_evaluate_settings, check_ks
 from fedclust.run_folder import check_writable, write_assignments, write_json
 
 
@@ -67,7 +66,7 @@ def evaluate(run: str, split: Literal["same", "all", "train", "test"] = "same", 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     method, data_cfg, seed, state, base = load_run(folder, device)
     if diagnose:
-        check_diagnosable(method)  # before anything is computed or written
+        check_diagnose(type(method).__name__, has_embedding(type(method)))  # before anything is computed or written
     if not base.dataset.has_labels:  # the probes and the per-client table score against labels
         for option, asked in (("knn", knn), ("linear", linear), ("per_client", per_client)):
             if asked:
@@ -126,21 +125,6 @@ def evaluate_parser() -> ArgumentParser:
                         help="Also report majority-vote kNN test accuracy on the representations for each k "
                              "(CCFC Table 3: 3 5 7 9 100 1000 7000); saved in RUN/evaluate_probes.json.")
     return parser
-
-
-def check_diagnosable(method: FederatedMethod) -> None:
-    """Diagnostics describe a learned representation: a method that keeps the contract's `embed` (the input
-    itself, flattened) is refused in one sentence naming the methods that have one."""
-    if has_embedding(type(method)):
-        return
-    having = [name for name, entry in METHODS.items() if has_embedding(entry.load())]
-    raise ConfigError("diagnose", True, f"diagnostics need a method that learns an embedding, and "
-                      f"{type(method).__name__} clusters the input itself (the methods with one: {', '.join(having)})")
-
-
-def has_embedding(cls: type) -> bool:
-    """Whether a method class maps samples to a representation of its own (it overrides `embed`)."""
-    return getattr(cls, "embed", None) is not FederatedMethod.embed
 
 
 COUNTS = ("directions_90", "cluster_min", "cluster_max", "empty_clusters")  # printed as whole numbers

@@ -1,13 +1,15 @@
 """The one registry of methods: name -> where its class lives and which paper it implements.
 
 Plain data, no torch: the command line lists the methods and suggests the nearest name without importing
-any of them; `load()` imports a method's class when it is needed. The README's method table, the config
-test, the privacy-boundary and checkpoint tests and the conformance test all read this table
-(tests/test_registry.py keeps it, fedclust.methods and the README in step). The packaged configs of a
-method are the ones whose `method.class_path` names it (`configs_of`).
+any of them, and its first pass refuses `--diagnose true` for a method without an embedding; `load()`
+imports a method's class when it is needed. The README's method table, the config test, the privacy-boundary
+and checkpoint tests and the conformance test all read this table (tests/test_registry.py keeps it,
+fedclust.methods and the README in step). The packaged configs of a method are the ones whose
+`method.class_path` names it (`configs_of`).
 
-Adding a method: its file in fedclust/methods/, one line here, its export in fedclust/methods/__init__.py,
-a config in configs/, a tiny setting in tests/helpers/tiny.py and its own test.
+Adding a method: its file in fedclust/methods/, one line here (`embeds=False` if it keeps the contract's
+`embed`), its export in fedclust/methods/__init__.py, a config in configs/, a tiny setting in
+tests/helpers/tiny.py and its own test.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ class MethodEntry:
     name: str  # the class name; configs say `method: {class_path: NAME}`
     module: str  # file in fedclust/methods/
     paper: str
+    # whether the class learns a representation of its own (overrides the contract's `embed`, which returns the
+    # flattened input): recorded here so the torch-free first pass can refuse `--diagnose true` without importing
+    # the class (tests/test_registry.py checks each against its class)
+    embeds: bool = True
+
+    @property
+    def class_path(self) -> str:
+        return f"fedclust.methods.{self.module}.{self.name}"
 
     def load(self) -> type:
         return getattr(importlib.import_module(f"fedclust.methods.{self.module}"), self.name)
@@ -32,14 +42,14 @@ METHODS: dict[str, MethodEntry] = {e.name: e for e in (
     MethodEntry("CCFCPlusPlus", "ccfcpp", "CCFC++ (Yan et al.): CCFC + feature decorrelation"),
     MethodEntry("FedSpectral", "fedspectral", "fedclust's own: decorrelated contrastive training, k-anonymous "
                 "summaries, spectral clustering of the summaries"),
-    MethodEntry("KFED", "kfed", "k-FED (Dennis, Li & Smith, ICML 2021)"),
-    MethodEntry("KMeans", "kmeans", "centralized k-means baseline"),
-    MethodEntry("FCM", "fcm", "fuzzy c-means (Bezdek 1981), centralized"),
-    MethodEntry("FFCM", "ffcm", "FFCM (Stallmann & Wilbik 2022)"),
-    MethodEntry("SDAFC", "sdafc", "SDA-FC (Yan et al.): synthetic-data-aided federated clustering"),
+    MethodEntry("KFED", "kfed", "k-FED (Dennis, Li & Smith, ICML 2021)", embeds=False),
+    MethodEntry("KMeans", "kmeans", "centralized k-means baseline", embeds=False),
+    MethodEntry("FCM", "fcm", "fuzzy c-means (Bezdek 1981), centralized", embeds=False),
+    MethodEntry("FFCM", "ffcm", "FFCM (Stallmann & Wilbik 2022)", embeds=False),
+    MethodEntry("SDAFC", "sdafc", "SDA-FC (Yan et al.): synthetic-data-aided federated clustering", embeds=False),
     MethodEntry("PPFCGAN", "ppfc_gan", "PPFC-GAN (Yan et al.)"),
     MethodEntry("ClusterGANFedAvg", "clustergan_fedavg", "ClusterGAN + FedAvg (UIFCA's baseline)"),
-    MethodEntry("UIFCA", "uifca", "UIFCA (Chung et al.)"),
+    MethodEntry("UIFCA", "uifca", "UIFCA (Chung et al.)", embeds=False),
     MethodEntry("FedCC", "fedcc", "Contrastive Clustering + FedAvg (Fed+CC)"),
     MethodEntry("FedPNP", "fedpnp", "FedPNP (Miao & Koyuncu)"),
     MethodEntry("SingleSimCLR", "single_simclr", "FedPNP's Single-Training"),

@@ -29,7 +29,7 @@ from rich.console import Console
 from fedclust import run_folder
 from fedclust.callbacks.checkpoint import Checkpoint, load_checkpoint
 from fedclust.callbacks.csv_metrics import CSVMetrics
-from fedclust.callbacks.diagnostics import Diagnostics
+from fedclust.callbacks.diagnostics import Diagnostics, has_embedding
 from fedclust.callbacks.embedding_plot import EmbeddingPlot
 from fedclust.callbacks.loggers import FabricLogging, build_logger, require_logger
 from fedclust.callbacks.progress import ProgressCallback
@@ -54,6 +54,7 @@ from fedclust.resume import arithmetic_line, check_resume_overrides, started_ari
 from fedclust.run_checks import (
     check_cuda_request,
     check_device_count,
+    check_diagnose,
     check_embedding_points,
     check_run_location,
     check_saved_run,
@@ -123,7 +124,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             when present, else torch on CUDA). The backend in use is printed and written to run.log.
         diagnose: At every evaluated round, also write the representation's spectrum (effective rank, top-3
             variance share), its first direction's correlation with brightness, the cluster sizes and the NMI
-            of k-means on the representation to diagnostics.csv (fedclust/probes/diagnose.py).
+            of k-means on the representation to diagnostics.csv (fedclust/probes/diagnose.py). Needs a method
+            that learns a representation (its own `embed`).
         config_text: The resolved config to save (the command line's); None (a call from Python) writes the one
             these objects make (fedclust.parsers.objects_config), so every run folder can be re-loaded.
     """
@@ -136,6 +138,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     if logger != "csv":
         require_logger(logger)  # before any folder exists
     check_embedding_points(embedding_points)
+    if diagnose:  # also in fedclust.precheck (from the registry's record), before any data or folder
+        check_diagnose(type(method).__name__, has_embedding(type(method)))
     if resume and config_text and (Path(resume) / "config.yaml").is_file():
         check_resume_overrides(Path(resume), config_text)
     leader = rank_zero_before_launch()

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedclust.errors import ConfigError
+from fedclust.registry import METHODS
 
 CHECKPOINT = Path("checkpoints/last.ckpt")  # a run folder's resumable checkpoint
 LOCK = ".lock"  # a run folder's lock file (fedclust/run_folder.py), the one file a new run folder may hold
@@ -154,6 +155,18 @@ def check_checkpoint_file(path: Path) -> None:
         raise ConfigError("checkpoint", str(path), "a complete checkpoint written by fedclust; this file is "
                           "truncated or damaged (not a whole zip archive); resume from an intact copy or start "
                           "a new run")
+
+
+def check_diagnose(method: str, embeds: bool) -> None:
+    """`--diagnose true` (fit and evaluate): diagnostics describe a learned representation, so a method that keeps
+    the contract's `embed` (the input itself, flattened) is refused in one sentence naming the methods that learn
+    one. `embeds`: the class's own answer in a run (fedclust.callbacks.diagnostics.has_embedding), the registry's
+    record of it in the torch-free first pass (fedclust.precheck.facts)."""
+    if embeds:
+        return
+    having = ", ".join(name for name, entry in METHODS.items() if entry.embeds)
+    raise ConfigError("diagnose", True, f"diagnostics need a method that learns an embedding, and {method} clusters "
+                      f"the input itself (the methods with one: {having})")
 
 
 def check_evaluate_settings(split: str, data_name: str | None, per_client: bool, knn: Sequence[int] | None) -> None:

@@ -2,6 +2,7 @@
 runs fit without --diagnose, written to RUN/diagnostics_<split>.json as strict JSON; refused in one sentence for
 a method that learns no representation."""
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -61,7 +62,8 @@ def test_diagnose_writes_one_strict_record_of_the_final_model(ccfc_run, capsys):
 
 
 def test_diagnose_without_labels_writes_null_not_nan(run_fit, tmp_path):
-    """Images without labels (a flat folder): no k-means NMI to compute, written as null; the rest is there."""
+    """Images without labels (a flat folder): no k-means NMI to compute, written as null (evaluate) or an empty
+    cell (fit's diagnostics.csv); the rest is there."""
     rng = np.random.default_rng(0)
     (tmp_path / "flat").mkdir()
     for i in range(24):  # dark and bright 8x8 images
@@ -69,8 +71,10 @@ def test_diagnose_without_labels_writes_null_not_nan(run_fit, tmp_path):
             tmp_path / "flat" / f"img{i}.png")
     method = tiny_ccfc(num_clusters=2, batch_size=8)
     data = tiny_data(name="folder", root=str(tmp_path / "flat"), num_clients=2, partition="iid")
-    run_fit(method, data, folder="flat_run", config_text=tiny_run_config(method, data))
+    run_fit(method, data, folder="flat_run", config_text=tiny_run_config(method, data), diagnose=True)
     run = tmp_path / "flat_run"
+    rows = list(csv.DictReader((run / "diagnostics.csv").open()))
+    assert rows and rows[-1]["embed_kmeans_nmi"] == "" and float(rows[-1]["effective_rank"]) >= 1
 
     assert main(["evaluate", "--run", str(run), "--diagnose", "true"]) == 0
 
@@ -94,3 +98,34 @@ def test_diagnose_is_refused_for_a_method_without_an_embedding(run_fit, tmp_path
     named = err.split("the methods with one: ")[1].rstrip(").").split(", ")
     assert "FedSpectral" in named and not {"KFED", "KMeans", "FCM", "UIFCA"} & set(named)
     assert _files(run) == before  # nothing written, not even evaluate's own scores
+
+
+def test_fit_refuses_it_with_evaluate_s_sentence_before_any_folder(run_fit, tmp_path, monkeypatch, capsys):
+    """One rule (fedclust.run_checks.check_diagnose): fit says what evaluate says, before any data is loaded or
+    any folder made, whether the first pass (the registry's record) or the run (the class) judges it."""
+    from fedclust import precheck
+
+    method, data = KFED(k_local=10), tiny_data(num_clients=3)
+    run_fit(method, data, folder="kfed", config_text=tiny_run_config(method, data))
+    assert main(["evaluate", "--run", str(tmp_path / "kfed"), "--diagnose", "true"]) == 2
+    evaluate_said = capsys.readouterr().err.strip()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = ["fit", "--config", "ccfc_digits", "--method", "KFED", "--diagnose", "true"]
+
+    assert main(argv) == 2  # the first pass refuses it
+    assert capsys.readouterr().err.strip() == evaluate_said
+    monkeypatch.setattr(precheck, "check", lambda command, args: None)
+    assert main(argv) == 2  # the run refuses it too, from the class itself
+    assert capsys.readouterr().err.strip() == evaluate_said
+    assert list(work.iterdir()) == []  # no runs/ folder, no run folder
+
+
+def test_a_method_with_an_embedding_passes_the_first_pass():
+    from fedclust import precheck
+    from fedclust.config_files import packaged_configs
+
+    config = str(packaged_configs()["ccfc_digits"])
+    assert precheck.judge("fit", ["--config", config, "--diagnose", "true"]) == "passed"
+    assert precheck.judge("fit", ["--config", config, "--method", "FedSpectral", "--diagnose", "true"]) == "passed"

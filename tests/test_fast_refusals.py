@@ -31,6 +31,8 @@ from tests.helpers.known_data import write_checkpoint_stub
 LIMIT_S = 3.0
 QUICK = ["fit", "--config", "ccfc_digits"]
 
+DIAGNOSE_KFED = ("diagnose = True is not valid: diagnostics need a method that learns an embedding, and KFED clusters "
+                 "the input itself (the methods with one: CCFC, ")
 # (id, argv, a piece of the one-line message); {d} is the prepared folder of the `files` fixture
 CASES = [
     ("pshift_clients", [*QUICK, "--data.num_clients", "5"],
@@ -74,6 +76,9 @@ CASES = [
     ("evaluate_unknown_data_name", ["evaluate", "--run", "{d}/mnist_run", "--data_name", "mnistt"],
      "data.name = 'mnistt' is not valid: one of digits, mnist"),
     ("evaluate_missing_data", ["evaluate", "--run", "{d}/mnist_run"], "MNIST not found in {d}/nowhere"),
+    ("diagnose_without_embedding", [*QUICK, "--method", "KFED", "--diagnose", "true"], DIAGNOSE_KFED),
+    ("evaluate_diagnose_without_embedding", ["evaluate", "--run", "{d}/kfed_run", "--diagnose", "true"],
+     DIAGNOSE_KFED),
 ]
 IDS = [case[0] for case in CASES]
 
@@ -118,7 +123,19 @@ def files(tmp_path_factory) -> Path:
     import torch
 
     torch.save({"model": {}, "server": {}, "clients": {}, "done": 1}, run / "checkpoints" / "last.ckpt")
+    _kfed_run(d / "kfed_run")  # a whole saved run of a method without an embedding
     return d
+
+
+def _kfed_run(folder: Path) -> None:
+    from fedclust.methods import KFED
+    from fedclust.run import FabricConfig, fit
+    from tests.conftest import tiny_data
+    from tests.helpers.tiny import tiny_run_config
+
+    method, data = KFED(k_local=10), tiny_data(num_clients=3)
+    fit(method, data, fabric=FabricConfig(accelerator="cpu"), run_dir=str(folder), progress=False,
+        config_text=tiny_run_config(method, data))
 
 
 def _resolved(config: str, *overrides: str) -> str:

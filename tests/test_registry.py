@@ -21,6 +21,17 @@ def test_every_exported_method_is_registered_and_loads():
         assert issubclass(cls, FederatedMethod) and cls.__name__ == name
 
 
+def test_the_recorded_embedding_fact_is_the_class_s():
+    """`embeds` lets the torch-free first pass refuse `--diagnose true`; the run asks the class itself."""
+    from fedclust.callbacks.diagnostics import has_embedding
+
+    for name, entry in METHODS.items():
+        cls = entry.load()
+        assert entry.embeds == has_embedding(cls), f"{name}: registry says embeds={entry.embeds}"
+        assert entry.class_path == f"{cls.__module__}.{cls.__qualname__}"
+    assert {n for n, e in METHODS.items() if not e.embeds} == {"KFED", "KMeans", "FCM", "FFCM", "SDAFC", "UIFCA"}
+
+
 def test_every_method_has_a_config_and_every_config_a_registered_method():
     for name in METHODS:
         assert configs_of(name, ROOT / "configs"), f"{name} has no config in configs/"

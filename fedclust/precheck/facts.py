@@ -1,8 +1,9 @@
-"""The checks that need the machine, the file system, a file's header or a known data set's size, made before
-torch is imported: a GPU asked for where there is certainly none, an optional logger not installed, a run
-folder that cannot be made or a --resume folder without its checkpoint (or with a truncated one), an unknown
-data set or data option, a known data set's missing or truncated files, and a partition or a number of
-clusters its sizes cannot give (fedclust/data/catalog.py knows the sizes; other data sets are skipped).
+"""The checks that need the machine, the file system, a file's header, a known data set's size or the registry's
+record of a method, made before torch is imported: a GPU asked for where there is certainly none, an optional
+logger not installed, `--diagnose true` for a method that learns no embedding, a run folder that cannot be made
+or a --resume folder without its checkpoint (or with a truncated one), an unknown data set or data option, a
+known data set's missing or truncated files, and a partition or a number of clusters its sizes cannot give
+(fedclust/data/catalog.py knows the sizes; other data sets are skipped).
 
 Each rule is the function the run calls (run_checks.py, data/checks.py, data/catalog.py,
 federation/hparams.py), on the values the run would get, so a refusal here reads exactly as the run's.
@@ -23,10 +24,12 @@ from fedclust.data.checks import (
 )
 from fedclust.federation.hparams import check_cluster_counts
 from fedclust.precheck.values import UNKNOWN
+from fedclust.registry import METHODS
 from fedclust.run_checks import (
     CHECKPOINT,
     check_checkpoint_file,
     check_cuda_request,
+    check_diagnose,
     check_run_location,
     check_saved_run,
     no_cuda_for_certain,
@@ -46,6 +49,17 @@ def logger(kind) -> None:
         require_logger(kind)
 
 
+def diagnose(asked, class_path) -> None:
+    """fit()'s and evaluate()'s refusal of `--diagnose true` for a method that learns no embedding, judged by the
+    registry's record of the class (tests/test_registry.py keeps it true to the class); a class the registry
+    does not hold is left to the run."""
+    if asked is not True or not isinstance(class_path, str):
+        return
+    entry = METHODS.get(class_path.rsplit(".", 1)[-1])
+    if entry is not None and entry.class_path == class_path:
+        check_diagnose(entry.name, entry.embeds)
+
+
 def run_location(runs_dir, run_dir, resume) -> None:
     """Where fit() writes, as rank 0 judges it before claiming a folder (a process Fabric or torchrun started
     for another rank claims nothing), and a resumed run's checkpoint, which fit() reads next."""
@@ -58,29 +72,43 @@ def run_location(runs_dir, run_dir, resume) -> None:
 
 def evaluate(run: Path, values: dict, data_sets: dict | None) -> None:
     """evaluate()'s checks after its settings, in its order: --data_name's name, the run folder, its checkpoint,
-    then the data it loads: the run's own (load_run), and another split or data set (load_dataset)."""
+    the run's own data (load_run), --diagnose for the saved method, then another split or data set
+    (load_dataset)."""
     data_name, data_root, split = (values.get(k) for k in ("data_name", "data_root", "split"))
     if data_sets is not None and isinstance(data_name, str):
         check_data_name(data_name, data_sets)
     check_saved_run(run)
     check_checkpoint_file(run / CHECKPOINT)
-    saved = _saved_data(run)
-    if saved is None:
-        return
-    name, root, saved_split = saved
-    catalog.dataset_facts(name, root, saved_split)
-    if isinstance(data_name, str) or split in ("all", "train", "test"):
+    config = _saved_config(run)
+    saved = _saved_data(config)
+    if saved is not None:
+        catalog.dataset_facts(*saved)
+    method = (config or {}).get("method")
+    diagnose(values.get("diagnose"), method.get("class_path") if isinstance(method, dict) else None)
+    if saved is not None and (isinstance(data_name, str) or split in ("all", "train", "test")):
+        name, root, _ = saved
         catalog.dataset_facts(data_name or name, data_root or root, "all" if split in (None, "same") else split)
 
 
-def _saved_data(run: Path) -> tuple[str, str | None, str] | None:
-    """(name, root, split) of the data a run folder's config.yaml names; None where it is not plainly so (the
-    run's own parser then judges it)."""
+def _saved_config(run: Path) -> dict | None:
+    """A run folder's config.yaml as plain YAML; None where it cannot be read so (the run's own parser then
+    judges it)."""
     import yaml
 
     try:
-        data = (yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _saved_data(config: dict | None) -> tuple[str, str | None, str] | None:
+    """(name, root, split) of the data a run's config names; None where it is not plainly so (the run's own
+    parser then judges it)."""
+    if config is None:
+        return None
+    data = config.get("data") or {}
+    if not isinstance(data, dict):
         return None
     name, root, split = data.get("name", "digits"), data.get("root"), data.get("split", "all")
     if not isinstance(name, str) or not isinstance(root, str | None) or split not in ("all", "train", "test"):

@@ -40,7 +40,7 @@ def _call(check, get, prefix: str = "") -> None:
 
 def fit(options: dict, values: dict, init_args: dict, method: dict, data_sets: dict | None = None) -> None:
     """`fit`'s checks in fit()'s order: its own (federation, devices, the method's init args, the logger, the
-    t-SNE sample), the run folder, then build_federated_data's and setup_method's."""
+    t-SNE sample, --diagnose for the method), the run folder, then build_federated_data's and setup_method's."""
     get = _resolver(options, values)
     fields = {f.name for f in dataclasses.fields(FederationConfig)}
     given = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("federation.")}
@@ -54,6 +54,7 @@ def fit(options: dict, values: dict, init_args: dict, method: dict, data_sets: d
     check_init_args({k: v for k, v in init_args.items() if k in checked and v is not UNKNOWN})
     facts.logger(get("logger"))
     _call(check_embedding_points, get)
+    facts.diagnose(get("diagnose"), method.get("path"))
     facts.run_location(get("runs_dir"), get("run_dir"), get("resume"))
     _call(check_data_settings, get, "data.")
     facts.data(get, data_sets, method, init_args)
