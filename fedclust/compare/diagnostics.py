@@ -2,22 +2,22 @@
 true`, one row per evaluated round) and diagnostics_<split>.json (`fedclust evaluate --diagnose true`, the final
 model on one split), their per-round curves and a table of the final values.
 
-A run folder is untrusted input (copied from elsewhere, cut short by a full disk, edited by hand): a file that
-cannot be read as diagnostics becomes a one-line note on the page, never a crash, and its readable rows stay.
+A run folder is untrusted input (fedclust/compare/untrusted.py): a file that cannot be read as diagnostics
+becomes a one-line note on the page, never a crash, and its readable rows stay.
 Runs without diagnostics add nothing to the page.
 """
 
 from __future__ import annotations
 
-import csv
 import html
-import io
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import plotly.graph_objects as go
+
+from fedclust.compare.untrusted import number, read, read_table
 
 # the columns of fedclust/probes/diagnose.py's DIAGNOSTIC_KEYS, as the page names them (tests keep them in step;
 # importing the probes would load Lightning into a command that builds no model)
@@ -42,12 +42,12 @@ def read_diagnostics(folder: Path) -> RunDiagnostics:
     """Every diagnostics file of a run folder: the rounds of diagnostics.csv (its last row is a final value),
     and each diagnostics_<split>.json."""
     out = RunDiagnostics()
-    out.rounds = _read_rounds(folder / "diagnostics.csv", out.notes)
+    out.rounds = read_table(folder / "diagnostics.csv", out.notes, "a diagnostics table", LABELS)
     if out.rounds:
         last = out.rounds[-1]
         out.finals.append((f"fit, round {last['round']:g}", last))
     for path in sorted(folder.glob("diagnostics_*.json")):
-        record = _read_record(path, out.notes)
+        record = read(path, out.notes, "a diagnostics record", _record)
         if record is not None:
             split = path.stem.removeprefix("diagnostics_")
             when = record.get("round", math.nan)
@@ -55,63 +55,11 @@ def read_diagnostics(folder: Path) -> RunDiagnostics:
     return out
 
 
-def _number(value) -> float:
-    """A CSV cell or JSON value as a float: empty or null is nan (not computed), anything else not a number
-    raises ValueError; infinities are nan (no diagnostic is infinite)."""
-    if value is None or value == "":
-        return math.nan
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"{value!r} is not a number")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a number") from None
-    return number if math.isfinite(number) else math.nan
-
-
-def _read_rounds(path: Path, notes: list[str]) -> list[dict[str, float]]:
-    if not path.exists():
-        return []
-    try:
-        text = path.read_text(encoding="utf-8")
-        reader = csv.DictReader(io.StringIO(text))
-        columns = [name for name in reader.fieldnames or [] if name in LABELS]
-        if "round" not in (reader.fieldnames or []) or not columns:
-            notes.append(f"{path.name} is not a diagnostics table (it needs a round column and diagnostics "
-                         "columns): left out")
-            return []
-        rows, bad = [], 0
-        for row in reader:
-            try:
-                if None in row or None in row.values():  # a row cut short, or one with extra cells
-                    raise ValueError(row)
-                parsed = {"round": _number(row["round"]), **{key: _number(row[key]) for key in columns}}
-                if math.isnan(parsed["round"]):
-                    raise ValueError(row["round"])
-                rows.append(parsed)
-            except ValueError:
-                bad += 1
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        notes.append(f"{path.name} cannot be read ({_reason(error)}): left out")
-        return []
-    if bad:
-        notes.append(f"{path.name}: {bad} of {bad + len(rows)} rows are not rows of numbers and were left out")
-    return rows
-
-
-def _read_record(path: Path, notes: list[str]) -> dict[str, float] | None:
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict) or not any(key in LABELS for key in record):
-            raise ValueError("not a diagnostics record")
-        return {key: _number(record[key]) for key in ("round", *LABELS) if key in record}
-    except (OSError, UnicodeDecodeError, ValueError) as error:  # (json's decode error is a ValueError)
-        notes.append(f"{path.name} is not a diagnostics record ({_reason(error)}): left out")
-        return None
-
-
-def _reason(error: Exception) -> str:
-    return " ".join(str(error).split())[:120] or type(error).__name__
+def _record(text: str) -> dict[str, float]:
+    record = json.loads(text)
+    if not isinstance(record, dict) or not any(key in LABELS for key in record):
+        raise ValueError("an object holding one or more diagnostics is needed")
+    return {key: number(record[key]) for key in ("round", *LABELS) if key in record}
 
 
 def curves(runs, layout: dict) -> list[go.Figure]:

@@ -1,5 +1,6 @@
 """`fedclust compare RUN_DIR...`: one self-contained HTML page comparing runs (plotly.js inlined once, no
-network needed to open it)."""
+network needed to open it). A file of a run folder that cannot be read is a note line on the page and on
+stderr (fedclust/compare/untrusted.py); a run folder with nothing readable is listed as skipped."""
 
 from __future__ import annotations
 
@@ -32,12 +33,17 @@ def compare(runs: list[str], output: str = "compare.html", title: str = "fedclus
         output: The HTML file to write.
         title: The page's title.
     """
-    records = sorted(load_runs(runs), key=lambda r: (r.method, r.data, r.heterogeneity or ("", 0), r.seed))
+    skipped: list[str] = []
+    records = sorted(load_runs(runs, skipped), key=lambda r: (r.method, r.data, r.heterogeneity or ("", 0), r.seed))
     out = Path(output)
     if out.is_dir():
         raise ConfigError("output", output, "a file path for the HTML page, not a folder")
-    sections = [f"<h1>{html.escape(title)}</h1><p>{len(records)} runs, written {time.strftime('%Y-%m-%d %H:%M')}"
-                "</p>", "<h2>Final metrics</h2>", final_table(records)]
+    # a file that could not be read: one line here, above the table (diagnostics files: above theirs)
+    notes = [*skipped, *(f"{run.name}: {note}" for run in records for note in run.notes)]
+    counted = f"{len(records)} runs" + (f", {len(skipped)} skipped" if skipped else "")
+    sections = [f"<h1>{html.escape(title)}</h1><p>{counted}, written {time.strftime('%Y-%m-%d %H:%M')}</p>",
+                "<h2>Final metrics</h2>", *(f'<p class="note">{html.escape(note)}</p>' for note in notes),
+                final_table(records)]
     if diagnosed := diagnostics.section(records):  # runs diagnosed by fit or evaluate (--diagnose true)
         sections.append(diagnosed)
     plots = figures.heterogeneity(records)
@@ -51,10 +57,9 @@ def compare(runs: list[str], output: str = "compare.html", title: str = "fedclus
     if heatmaps:
         sections += ["<h2>Partitions</h2>", _grid(heatmaps)]
     write_output(out, _page(title, "\n".join(sections)), "output")
-    for run in records:  # (also on the page, above the diagnostics table)
-        for note in run.diagnostics.notes:
-            print(f"fedclust: note: {run.name}: {note}", file=sys.stderr)
-    print(f"wrote {out} ({len(records)} runs)")
+    for note in [*notes, *(f"{run.name}: {note}" for run in records for note in run.diagnostics.notes)]:
+        print(f"fedclust: note: {note}", file=sys.stderr)  # (each also on the page)
+    print(f"wrote {out} ({counted})")
     return str(out)
 
 

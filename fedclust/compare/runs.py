@@ -1,8 +1,11 @@
-"""Read what `fedclust fit` wrote into a run folder, without building any model (fast, works offline)."""
+"""Read what `fedclust fit` wrote into a run folder, without building any model (fast, works offline): every
+file as untrusted input (fedclust/compare/untrusted.py), so a damaged one is a note, never a crash."""
 
 from __future__ import annotations
 
 import csv
+import io
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,8 +14,8 @@ import yaml
 
 from fedclust.compare.diagnostics import RunDiagnostics, read_diagnostics
 from fedclust.compare.paper_numbers import method_label
+from fedclust.compare.untrusted import number, read, read_table
 from fedclust.errors import ConfigError
-from fedclust.run_folder import read_final_metrics
 
 METRICS = ("nmi", "acc", "ari", "kappa", "purity")
 
@@ -21,17 +24,19 @@ METRICS = ("nmi", "acc", "ari", "kappa", "purity")
 class RunRecord:
     name: str
     folder: Path
-    method: str  # the paper's label for the configured method (KM, k-FED, CCFC, ...)
-    data: str
-    partition: str
-    p: float | None
-    alpha: float | None
-    disconnect_rate: float
-    seed: int
-    history: list[dict[str, float]]  # metrics.csv rows (missing values are nan)
-    final: dict[str, float]
+    history: list[dict[str, float]] = field(default_factory=list)  # metrics.csv rows (missing values are nan)
+    final: dict[str, float] = field(default_factory=dict)  # final.json, else the last scored round
+    # what config.yaml says ("?", None, 0 where it could not be read)
+    method: str = "?"  # the paper's label for the configured method (KM, k-FED, CCFC, ...)
+    data: str = "?"
+    partition: str = "?"
+    p: float | None = None
+    alpha: float | None = None
+    disconnect_rate: float = 0.0
+    seed: int = 0
     counts: list[list[int]] = field(default_factory=list)  # partition.csv: client x class
     diagnostics: RunDiagnostics = field(default_factory=RunDiagnostics)  # diagnostics.csv, diagnostics_*.json
+    notes: list[str] = field(default_factory=list)  # one line per other file that could not be read whole
 
     @property
     def heterogeneity(self) -> tuple[str, float] | None:
@@ -48,11 +53,22 @@ class RunRecord:
         return sum(values) / len(values) if values else math.nan
 
 
-def load_runs(folders: list[str]) -> list[RunRecord]:
+class Unreadable(Exception):
+    """A run folder none of whose files could be read; the message says why, file by file."""
+
+
+def load_runs(folders: list[str], skipped: list[str] | None = None) -> list[RunRecord]:
     """One record per run folder; a folder of run folders (a sweep) stands for the runs in it; a folder that
-    is neither is refused by name."""
-    runs = [load_run_record(run) for f in folders for run in _expand(Path(f))]
-    if not runs:
+    is neither is refused by name. A run folder none of whose files can be read is left out, with the reason
+    added to `skipped`."""
+    skipped = [] if skipped is None else skipped
+    runs = []
+    for folder in (run for f in folders for run in _expand(Path(f))):
+        try:
+            runs.append(load_run_record(folder))
+        except Unreadable as error:
+            skipped.append(f"{folder.name}: skipped, nothing in it could be read: {error}")
+    if not runs and not skipped:
         raise ConfigError("runs", folders, "one or more run folders written by `fedclust fit`")
     return runs
 
@@ -60,49 +76,83 @@ def load_runs(folders: list[str]) -> list[RunRecord]:
 def _expand(folder: Path) -> list[Path]:
     if (folder / "config.yaml").is_file() or not folder.is_dir():
         return [folder]
-    inner = sorted(f for f in folder.iterdir() if (f / "config.yaml").is_file() and ".incomplete-" not in f.name)
+    try:
+        inner = sorted(f for f in folder.iterdir() if (f / "config.yaml").is_file() and ".incomplete-" not in f.name)
+    except OSError:  # a folder that cannot be listed: refused by load_run_record as not a run folder
+        return [folder]
     return inner or [folder]
 
 
 def load_run_record(folder: Path) -> RunRecord:
+    """What a run folder holds, each file read as untrusted input (fedclust/compare/untrusted.py): a damaged
+    file is a note and the record goes on without it; Unreadable when nothing could be read."""
     config_path = folder / "config.yaml"
     if not config_path.is_file():
         raise ConfigError("runs", str(folder), "a run folder holding config.yaml (written by `fedclust fit`)")
-    cfg = yaml.safe_load(config_path.read_text()) or {}
-    method = cfg.get("method") or {}
-    class_name = str(method.get("class_path", "?")).rsplit(".", 1)[-1]
-    data = cfg.get("data") or {}
-    federation = cfg.get("federation") or {}
-    history = _read_metrics(folder / "metrics.csv")
-    final_path = folder / "final.json"
-    if final_path.exists():
-        final = read_final_metrics(final_path)
-    else:  # a run still going: its last scored round
+    notes: list[str] = []
+    settings = read(config_path, notes, "a run's config", _settings)
+    history = read_table(folder / "metrics.csv", notes, "a metrics table")
+    final = read(folder / "final.json", notes, "a run's final scores", _final)
+    if final is None:  # a run still going (or a damaged final.json): its last scored round
         scored = [r for r in history if not math.isnan(r.get("nmi", math.nan))]
         final = {k: scored[-1][k] for k in METRICS if k in scored[-1]} if scored else {}
-    return RunRecord(
-        name=folder.name, folder=folder, method=method_label(class_name, method.get("init_args") or {}),
-        data=str(data.get("name", "?")), partition=str(data.get("partition", "?")),
-        p=_float(data.get("p")), alpha=_float(data.get("alpha")),
-        disconnect_rate=_float(federation.get("disconnect_rate")) or 0.0, seed=int(cfg.get("seed", 0)),
-        history=history, final=final, counts=_read_counts(folder / "partition.csv"),
-        diagnostics=read_diagnostics(folder))
+    counts = read(folder / "partition.csv", notes, "a table of samples per client and class", _counts) or []
+    diagnostics = read_diagnostics(folder)
+    if settings is None and not (history or final or counts or diagnostics.rounds or diagnostics.finals):
+        raise Unreadable("; ".join(notes + diagnostics.notes) or "config.yaml could not be read")
+    return RunRecord(name=folder.name, folder=folder, history=history, final=final, counts=counts,
+                     diagnostics=diagnostics, notes=notes, **(settings or {}))
 
 
-def _float(value) -> float | None:
-    return None if value is None else float(value)
+def _settings(text: str) -> dict:
+    """The RunRecord fields config.yaml gives; ValueError where a value is not of its kind."""
+    cfg = yaml.safe_load(text)
+    if not isinstance(cfg, dict):
+        raise ValueError("it is not a mapping of settings")
+    method, data, federation = (_mapping(cfg, key) for key in ("method", "data", "federation"))
+    seed = cfg.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed {seed!r} is not a whole number")
+    return {"method": method_label(str(method.get("class_path", "?")).rsplit(".", 1)[-1],
+                                   _mapping(method, "init_args")),
+            "data": str(data.get("name", "?")), "partition": str(data.get("partition", "?")),
+            "p": _setting(data, "p"), "alpha": _setting(data, "alpha"),
+            "disconnect_rate": _setting(federation, "disconnect_rate") or 0.0, "seed": seed}
 
 
-def _read_metrics(path: Path) -> list[dict[str, float]]:
-    if not path.exists():
-        return []
-    with path.open() as f:
-        return [{k: float(v) if v not in ("", None) else math.nan for k, v in row.items()} for row in csv.DictReader(f)]
+def _mapping(cfg: dict, key: str) -> dict:
+    value = cfg.get(key) or {}
+    if isinstance(value, str) and key == "method":  # `method: KFED`, a class named alone
+        return {"class_path": value}
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} {value!r} is not a mapping")
+    return value
 
 
-def _read_counts(path: Path) -> list[list[int]]:
-    if not path.exists():
-        return []
-    with path.open() as f:
-        rows = list(csv.reader(f))
-    return [[int(v) for v in row[1:]] for row in rows[1:]]
+def _setting(section: dict, key: str) -> float | None:
+    value = number(section.get(key))
+    return None if math.isnan(value) else value
+
+
+def _final(text: str) -> dict[str, float]:
+    """final.json's metrics (null, a score that could not be computed, is nan)."""
+    record = json.loads(text)
+    metrics = record.get("metrics") if isinstance(record, dict) else None
+    if not isinstance(metrics, dict):
+        raise ValueError("it needs an object of metrics under \"metrics\"")
+    return {str(key): number(value) for key, value in metrics.items()}
+
+
+def _counts(text: str) -> list[list[int]]:
+    """partition.csv's samples per client (rows) and class (columns after the client's)."""
+    rows = [row for row in csv.reader(io.StringIO(text)) if row]
+    if not rows or len(rows[0]) < 2:
+        raise ValueError("it needs a header of client and class columns")
+    counts = []
+    for row in rows[1:]:
+        if len(row) != len(rows[0]):
+            raise ValueError(f"a row of {len(row)} cells under a header of {len(rows[0])}")
+        counts.append([int(cell) for cell in row[1:]])
+        if min(counts[-1]) < 0:
+            raise ValueError(f"a negative count in {row}")
+    return counts

@@ -68,8 +68,11 @@ def compare(schema: Schema, args: list[str]) -> None:
     for folder in map(Path, runs or []):  # as compare.runs.load_runs
         if (folder / "config.yaml").is_file():
             continue
-        inner = folder.is_dir() and any((f / "config.yaml").is_file() and ".incomplete-" not in f.name
-                                        for f in folder.iterdir())
+        try:
+            inner = folder.is_dir() and any((f / "config.yaml").is_file() and ".incomplete-" not in f.name
+                                            for f in folder.iterdir())
+        except OSError:  # a folder that cannot be listed
+            inner = False
         if not inner:
             raise ConfigError("runs", str(folder), "a run folder holding config.yaml (written by `fedclust fit`) or a "
                               "folder of such run folders")

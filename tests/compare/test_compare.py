@@ -1,3 +1,4 @@
+import html
 import json
 import re
 import shutil
@@ -170,3 +171,103 @@ def test_diagnostic_curves_render_in_headless_chromium(tmp_path):
     # 4 metric curves + 3 diagnostic curves + 1 partition heatmap, each drawn by plotly.js
     assert len(re.findall(r'class="plotly-graph-div[^"]*js-plotly-plot', dom)) == 8
     assert "Effective rank of z per round" in dom and dom.count('class="trace scatter') >= 7
+
+
+BINARY = b"\xff\xfe\x00\x81binary"
+
+
+@pytest.mark.parametrize("name,content,needle", [
+    ("metrics.csv", "round,loss,nmi\n1,0.5,0.1\n2,abc,0.2\n3,0.3,0.3\n", "1 of 3 rows are not rows of numbers"),
+    ("metrics.csv", "stage,loss,nmi\n0,0.5,0.1\n", "is not a metrics table (it needs a round column"),
+    ("metrics.csv", BINARY, "cannot be read"),
+    ("metrics.csv", "", "is not a metrics table"),
+    ("final.json", "{not json", "is not a run's final scores"),
+    ("final.json", '{"metrics": {"nmi": "high"}}', "is not a run's final scores ('high' is not a number)"),
+    ("final.json", "[1, 2]", "is not a run's final scores"),
+    ("final.json", BINARY, "cannot be read"),
+    ("config.yaml", "method: {class_path: [unclosed\n", "is not a run's config"),
+    ("config.yaml", "seed: abc\n", "is not a run's config (seed 'abc' is not a whole number)"),
+    ("config.yaml", "data: 5\n", "is not a run's config (data 5 is not a mapping)"),
+    ("config.yaml", "- a list\n", "is not a run's config (it is not a mapping of settings)"),
+    ("config.yaml", "", "is not a run's config"),
+    ("config.yaml", BINARY, "cannot be read"),
+    ("partition.csv", "client,class_0,class_1\n0,5,x\n", "is not a table of samples per client and class"),
+    ("partition.csv", "client,class_0,class_1\n0,5\n", "a row of 2 cells under a header of 3"),
+    ("partition.csv", "", "is not a table of samples per client and class"),
+    ("partition.csv", BINARY, "cannot be read"),
+])
+def test_a_damaged_run_file_is_one_line_on_the_page_and_the_rest_is_shown(tmp_path, capsys, name, content, needle):
+    good = fake_run(tmp_path / "runs", "good", nmi=0.7)
+    run = fake_run(tmp_path / "runs", "damaged", method="CCFC", nmi=0.6)
+    path = run / name
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    out = tmp_path / "page.html"
+
+    assert main(["compare", str(good), str(run), "--output", str(out)]) == 0
+
+    page = out.read_text()
+    notes = re.findall(r'<p class="note">(.*?)</p>', page)
+    assert len(notes) == 1 and notes[0].startswith(f"damaged: {name}") and html.escape(needle) in notes[0], notes
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"fedclust: note: {html.unescape(notes[0])}"]
+    rows = {cells[0]: cells for cells in (re.findall(r"<td[^>]*>(.*?)</td>", row)
+                                          for row in re.findall(r"<tr>(.*?)</tr>", page)) if cells}
+    assert set(rows) == {"good", "damaged"} and rows["good"][:2] == ["good", "k-FED"]
+    assert rows["good"][8] == "0.7000" and rows["good"][7] == "3"  # the good run whole: its NMI, its rounds
+    damaged = rows["damaged"]
+    assert damaged[1] == ("?" if name == "config.yaml" else "CCFC")
+    if name == "final.json":  # the last scored round stands in, as for a run still going
+        assert damaged[8] == "0.6000"
+    if name == "metrics.csv":
+        assert damaged[7] == ("2" if "rows" in needle else "0") and damaged[8] == "0.6000"  # final.json still read
+    assert "good: samples per client and class" in page  # the heatmaps' titles
+    assert ("damaged: samples per client and class" in page) == (name != "partition.csv")
+
+
+def test_a_run_folder_with_nothing_readable_is_listed_as_skipped(tmp_path, capsys):
+    root = tmp_path / "sweep"
+    fake_run(root, "good")
+    broken = fake_run(root, "broken")
+    (broken / "config.yaml").write_bytes(BINARY)
+    (broken / "metrics.csv").write_text("")
+    (broken / "final.json").write_text("{")
+    (broken / "partition.csv").unlink()
+    out = tmp_path / "page.html"
+
+    assert main(["compare", str(root), "--output", str(out)]) == 0  # the sweep folder: both its runs
+
+    page = out.read_text()
+    assert "1 runs, 1 skipped" in page and page.count("<tr>") == 1 + 1
+    notes = re.findall(r'<p class="note">(.*?)</p>', page)
+    assert len(notes) == 1 and notes[0].startswith("broken: skipped, nothing in it could be read: config.yaml "
+                                                   "cannot be read (")
+    assert "metrics.csv is not a metrics table" in notes[0] and "final.json is not a run&#x27;s final" in notes[0]
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [f"fedclust: note: {html.unescape(notes[0])}"]
+    assert "(1 runs, 1 skipped)" in captured.out
+
+    assert main(["compare", str(broken), "--output", str(out)]) == 0  # nothing readable at all: a page saying so
+    assert "0 runs, 1 skipped" in out.read_text() and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_folder_that_cannot_be_listed_is_one_sentence(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from fedclust import precheck
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = Path.iterdir
+
+    def iterdir(self):
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    for first_pass in (True, False):  # refused by the first pass, and by compare itself
+        if not first_pass:
+            monkeypatch.setattr(precheck, "check", lambda command, args: None)
+        assert main(["compare", str(locked), "--output", str(tmp_path / "page.html")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("fedclust: error: runs = ") and "config.yaml" in err[0]
