@@ -20,7 +20,12 @@ def test_sigint_starts_no_further_point(tmp_path, monkeypatch):
         time.sleep(0.5)  # the running fit winds down
 
     monkeypatch.setattr(sweep, "_run_point", fake_run_point)
+    # a pytest started in the background (`nohup ... &`) inherits SIGINT ignored; the test needs Python's default
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     points = [Point(f"p{i}", "unused.yaml", {}) for i in range(3)]
-    with pytest.raises(KeyboardInterrupt):
-        run_points(tmp_path, points, slots=1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_points(tmp_path, points, slots=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert started == ["p0"]
