@@ -5,25 +5,38 @@ then DCN-style deep clustering on shared synthetic data".
 
 Stage "gan" (`gan_rounds` rounds of `local_epochs`): SDA-FC's GAN (fedclust/nn/gan.py) with SDA-FC's local
 recipe (batch 64, Adam betas (0.5, 0.999), lr_D 2e-4, lr_G 1.8e-3, both times 0.99 per epoch counted over
-the stage, Adam rebuilt every epoch); the generator and the discriminator are averaged by FedAvg after
-every round (BatchNorm statistics included, weights = client sizes), every client starting from the one
-global initialisation. Stage "synthesize" (one round, no local step): every client generates, with its copy
-of the global generator in eval mode, as many synthetic images as it holds and sends them. The server then
+the stage, Adam rebuilt every epoch), one GAN per client (or averaged by FedAvg, see below). Stage
+"synthesize" (one round, no local step): every client generates, with its generator in eval mode, as many
+synthetic images as it holds and sends them. The server then
 trains a DCN (fedclust/clustering/dcn.py; Yang et al. 2017) on all synthetic images: an MLP autoencoder
 d-500-500-2000-10 (DCN's own for MNIST), 50 pretraining epochs on reconstruction, k-means, 50 joint epochs
 with lam = 0.05 (DCN's MNIST value), batch 256, Adam 1e-3. A real image gets the nearest DCN centroid of
 its embedding by the trained encoder (Euclidean, DCN's geometry), on raw [0, 1] pixels
 (use `data.normalize: none`, like the GAN).
 
-Choices, stated (none of these is documented by the paper): 50 GAN rounds of one local epoch (SDA-FC's 50
-epochs of compute); the DCN settings above; the autoencoder is initialised with the networks
-(torch.manual_seed(seed) before build) and lives outside the state dict, in the server state, so it is
-neither averaged nor copied to clients. The paper's own abstracts say each client trains its GAN
-locally in one communication round: `federated_gan=False` does that (no averaging; each client
-generates from its own GAN). `synthetic_per_client` and `max_steps_per_epoch` exist for budget runs.
+Which GAN, stated: the paper's own abstracts say each client trains its GAN locally and sends synthetic
+data once (one communication round); CCFC's related work only calls it GAN-based. The default,
+`federated_gan=False`, is that reading: each client trains its own GAN for `gan_rounds` x `local_epochs`
+epochs (50: SDA-FC's schedule), nothing is averaged, and each generates from its own GAN. `federated_gan=True`
+is the other reading, a GAN trained with FedAvg (the generator and the discriminator averaged after every
+round, BatchNorm statistics included, weights = client sizes, every client starting from the one global
+initialisation). It was the default until it was measured (benchmarks/results/ppfc_gan_collapse.md): FedAvg
+over 10 clients slows the GAN down several-fold (per-pixel spread of the averaged generator 0.029 after 128
+local steps against 0.158 with 2 clients and 0.27 for real images, IID Fashion-MNIST), so at the budgets run
+so far its generator drew near-identical gray images and the DCN put every image in one cluster (NMI 0).
+The one-shot reading is also the one whose pattern matches the paper's table (NMI highest at p = 1, where
+each client's GAN models few classes). With FedAvg, the averaged generator's BatchNorm statistics are
+re-estimated from noise before it synthesises (`recalibrate_bn`, data-free): the average of the clients'
+statistics describes their weights, not the averaged ones. Every client logs its synthetic images' spread
+beside its own images' and warns when it is below half (a collapse).
+
+Other choices, stated (none of these is documented by the paper): the DCN settings above; the autoencoder is
+initialised with the networks (torch.manual_seed(seed) before build) and lives outside the state dict, in the
+server state, so it is neither averaged nor copied to clients. `synthetic_per_client` and
+`max_steps_per_epoch` exist for budget runs.
 
 Privacy boundary: the synthetic images (payload "synthetic") are the only data-shaped thing a client
-sends, once; besides them the clients send the GAN weights for FedAvg (nothing with federated_gan=False).
+sends, once; besides them the clients send the GAN weights only with federated_gan=True (for FedAvg).
 """
 
 from __future__ import annotations
@@ -50,7 +63,10 @@ class PPFCGAN(GANClients, FederatedMethod):
         num_clusters: k; None takes the number of classes of the data.
         gan_rounds: FedAvg rounds of GAN training (stage 1).
         local_epochs: Local GAN epochs per round.
-        federated_gan: Average the GANs by FedAvg; False keeps one GAN per client (one-shot, no weights sent).
+        federated_gan: Average the GANs by FedAvg; False (default, the paper's abstract) keeps one GAN per client
+            (one-shot, no weights sent).
+        recalibrate_bn: With FedAvg, re-estimate the averaged generator's BatchNorm statistics from noise
+            before it synthesises.
         batch_size: GAN mini-batch size.
         lr_d: Discriminator Adam learning rate at epoch 0.
         lr_g: Generator Adam learning rate at epoch 0.
@@ -77,7 +93,7 @@ class PPFCGAN(GANClients, FederatedMethod):
     payload_keys = ("synthetic",)  # the GAN's synthetic samples, as the paper shares them
 
     def __init__(self, num_clusters: int | None = None, gan_rounds: int = 50, local_epochs: int = 1,
-                 federated_gan: bool = True, batch_size: int = 64, lr_d: float = 2e-4, lr_g: float = 1.8e-3,
+                 federated_gan: bool = False, recalibrate_bn: bool = True, batch_size: int = 64, lr_d: float = 2e-4, lr_g: float = 1.8e-3,
                  betas: tuple[float, float] = (0.5, 0.999), lr_decay: float = 0.99,
                  reset_adam_each_epoch: bool = True, code_dim: int | None = None, noise_dim: int = 62,
                  g_hidden: int = 1024, d_hidden: int = 1024, synthetic_per_client: int | None = None,
@@ -103,6 +119,13 @@ class PPFCGAN(GANClients, FederatedMethod):
         if not self.hparams.federated_gan:
             return []
         return [k for k in self.state_dict() if k.startswith("gan.")]
+
+    def on_round_start(self, ctx: RoundContext) -> None:
+        hp = self.hparams
+        if ctx.stage.name == "synthesize" and hp.federated_gan and hp.recalibrate_bn:
+            device = next(self.gan.parameters()).device
+            self.gan.recalibrate_batchnorm(generator(ctx.seed, "recalibrate-bn", ctx.stage_index, ctx.round, SERVER,
+                                                     device=device), device)
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         return self.synthetic_payload(ctx) if ctx.stage.name == "synthesize" else {}

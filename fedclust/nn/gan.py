@@ -94,6 +94,12 @@ def sample_latent(n: int, code_dim: int = CODE_DIM, noise_dim: int = NOISE_DIM,
     return torch.cat([F.one_hot(labels, code_dim).float(), noise], dim=1)
 
 
+def pixel_spread(images: Tensor) -> float:
+    """The mean over pixels of the per-pixel standard deviation across `images`: near 0 when a generator
+    draws near-identical images (a collapse), about 0.27 for Fashion-MNIST and 0.23 for the 8x8 digits."""
+    return images.flatten(1).float().std(0).mean().item() if len(images) > 1 else 0.0
+
+
 def discriminator_loss(real_logits: Tensor, fake_logits: Tensor) -> Tensor:
     """BCE-with-logits of real samples against 1 plus fake samples against 0 (summed, as the reference)."""
     return (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits))
@@ -151,3 +157,25 @@ class GAN(nn.Module):
                  for s in range(0, n, batch_size)]
         self.generator.train(was_training)
         return torch.cat(parts) if parts else torch.empty(0, device=device)
+
+    @torch.no_grad()
+    def recalibrate_batchnorm(self, generator: torch.Generator | None, device: torch.device, batches: int = 20,
+                              batch_size: int = 200) -> None:
+        """Re-estimate the generator's BatchNorm running statistics from `batches` batches of its own latent
+        inputs (an exact average over them, not a moving one). Needs no data: the generator's input is noise.
+
+        Why: a FedAvg-averaged generator carries the average of the clients' running statistics, which
+        describe the clients' weights, not the averaged ones; in eval mode it then under-states its own
+        spread (measured on Fashion-MNIST at p = 1, 15 rounds: per-pixel std 0.078 with the averaged
+        statistics, 0.097 re-estimated, benchmarks/results/ppfc_gan_collapse.md)."""
+        norms = [m for m in self.generator.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        was_training, momenta = self.generator.training, [m.momentum for m in norms]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # None: a cumulative average over the batches below
+        self.generator.train()
+        for _ in range(batches):
+            self.generator(self.latent(batch_size, generator, device))
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+        self.generator.train(was_training)

@@ -28,7 +28,7 @@ def test_schedule_gan_rounds_then_one_synthesize_round_and_synthetic_data_only_t
 
 def test_fedavg_averages_the_whole_gan_and_nothing_stays_on_the_clients(server_inputs):
     seen = server_inputs
-    orch = build(tiny_ppfc(), data_cfg=tiny_data(num_clients=2))
+    orch = build(tiny_ppfc(federated_gan=True), data_cfg=tiny_data(num_clients=2))
     assert orch.method.communicated() == list(orch.method.state_dict())
     assert all(k.startswith("gan.") for k in orch.method.communicated())  # the DCN is not a submodule
     orch.run()
@@ -85,5 +85,76 @@ def test_server_dcn_separates_synthetic_blobs_and_labels_real_data_by_nearest_ce
 
 def test_the_config_defaults_are_the_stated_protocol():
     method = PPFCGAN()
+    assert not method.hparams.federated_gan and method.communicated() == []  # the paper's one-shot local GANs
     assert [(s.name, s.rounds, s.local_epochs) for s in method.stages()] == [("gan", 50, 1), ("synthesize", 1, 0)]
     assert method.shares_synthetic_data and FederationConfig().schedule(method.stages())[1].local_epochs == 0
+
+
+def test_a_small_run_draws_images_as_varied_as_the_real_ones_and_an_untrained_generator_is_caught(run_fit, caplog):
+    """The collapse guard (issue 23): PPFC-GAN's synthetic images once varied 0.006 per pixel against the real
+    images' 0.27 and the DCN put everything in one cluster. A small run on the 8x8 digits (two clients, 8 local
+    epochs of a 32-wide GAN) must draw images whose per-pixel spread is at least half the real images'; the
+    same measure on an untrained generator is far below it, and the run's log warns about it."""
+    from fedclust.methods.families.gan_clients import COLLAPSE_SHARE
+    from fedclust.nn.gan import pixel_spread
+
+    sent = {}
+    method = tiny_ppfc(gan_rounds=1, local_epochs=20, g_hidden=32, d_hidden=32, max_steps_per_epoch=None,
+                       batch_size=32)
+    real_payload = method.synthetic_payload
+
+    def keep(ctx):
+        out = real_payload(ctx)
+        sent[ctx.client_id] = (out["synthetic"], ctx.data.all_x())
+        return out
+
+    method.synthetic_payload = keep
+    with caplog.at_level("INFO", logger="fedclust"):
+        run_fit(method)
+    assert len(sent) == 2
+    for synthetic, own in sent.values():
+        assert pixel_spread(synthetic) >= COLLAPSE_SHARE * pixel_spread(own)
+    assert "synthetic images vary" in caplog.text and "collapsed" not in caplog.text
+
+    torch.manual_seed(0)
+    untrained = tiny_ppfc(g_hidden=32, d_hidden=32)
+    untrained.build(DataInfo(10, 1, 8, 64, True))
+    drawn = untrained.gan.synthesize(500, torch.Generator().manual_seed(0), torch.device("cpu"))
+    own = next(iter(sent.values()))[1]
+    assert pixel_spread(drawn) < COLLAPSE_SHARE * pixel_spread(own)
+
+
+def test_recalibrated_batchnorm_statistics_are_the_generators_own():
+    """After recalibration the eval-mode generator draws like the train-mode one (batch statistics), whatever
+    statistics it carried before (a FedAvg average of the clients' ones)."""
+    from fedclust.nn.gan import GAN
+
+    torch.manual_seed(0)
+    gan = GAN(1, 8, g_hidden=32, d_hidden=32)
+    for m in gan.generator.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.running_mean.fill_(3.0)
+            m.running_var.fill_(25.0)
+    latent = gan.latent(2000, torch.Generator().manual_seed(1), torch.device("cpu"))
+    with torch.no_grad():
+        batch_stats = gan.generator.train()(latent)
+        stale = gan.generator.eval()(latent)
+        gan.recalibrate_batchnorm(torch.Generator().manual_seed(2), torch.device("cpu"), batches=20, batch_size=200)
+        assert not gan.generator.training
+        fresh = gan.generator(latent)
+    assert (fresh - batch_stats).abs().mean() < 0.1 * (stale - batch_stats).abs().mean()
+    momenta = {m.momentum for m in gan.generator.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
+    assert momenta == {0.1}  # restored
+
+
+def test_with_fedavg_the_averaged_generator_is_recalibrated_before_it_synthesises(monkeypatch):
+    from fedclust.nn.gan import GAN
+
+    calls = []
+    real = GAN.recalibrate_batchnorm
+    monkeypatch.setattr(GAN, "recalibrate_batchnorm", lambda self, *a, **k: (calls.append(1), real(self, *a, **k)))
+    build(tiny_ppfc(federated_gan=True), data_cfg=tiny_data(num_clients=2)).run()
+    assert calls == [1]  # once, on the server, at the start of the synthesize round
+    build(tiny_ppfc(federated_gan=False), data_cfg=tiny_data(num_clients=2)).run()
+    build(tiny_ppfc(federated_gan=True, recalibrate_bn=False), data_cfg=tiny_data(num_clients=2)).run()
+    assert calls == [1]

@@ -3,6 +3,7 @@ optimizers, the per-epoch learning-rate decay of SDA-FC's official code, and the
 
 from __future__ import annotations
 
+import logging
 from itertools import islice
 from typing import Any
 
@@ -10,8 +11,14 @@ import torch
 from torch import Tensor
 
 from fedclust.contract import ClientContext, DataInfo
-from fedclust.nn.gan import GAN, check_gan_image
+from fedclust.nn.gan import GAN, check_gan_image, pixel_spread
 from fedclust.nn.optim import reset_optimizer
+
+log = logging.getLogger("fedclust")
+
+# Synthetic images whose per-pixel spread is below this share of the client's own images' are a collapse: an
+# untrained or collapsed generator measured 0.02-0.08 of Fashion-MNIST's 0.27 (benchmarks/results/ppfc_gan_collapse.md).
+COLLAPSE_SHARE = 0.5
 
 
 class GANClients:
@@ -62,4 +69,23 @@ class GANClients:
 
     def synthetic_payload(self, ctx: ClientContext) -> dict[str, Tensor]:
         n = self.hparams.synthetic_per_client or len(ctx.data)
-        return {"synthetic": self.gan.synthesize(n, ctx.generator("synthesize"), ctx.data.device)}
+        synthetic = self.gan.synthesize(n, ctx.generator("synthesize"), ctx.data.device)
+        self.report_spread(ctx, synthetic)
+        return {"synthetic": synthetic}
+
+    def report_spread(self, ctx: ClientContext, synthetic: Tensor) -> float:
+        """Log the synthetic images' per-pixel spread beside the client's own (run.log), with a warning when it
+        is below COLLAPSE_SHARE of it: a collapsed generator makes the server cluster near-identical images,
+        which no clustering metric says until the end. Both numbers stay on the client (only the log sees them).
+        Returns the ratio."""
+        own, made = pixel_spread(ctx.data.all_x()), pixel_spread(synthetic)
+        ratio = made / own if own > 0 else 1.0
+        name = type(self).__name__
+        if ratio < COLLAPSE_SHARE:
+            log.warning("%s client %d: its synthetic images vary %.3f per pixel against its own images' %.3f: the "
+                        "generator has collapsed (too few GAN steps, or a GAN averaged over many clients)",
+                        name, ctx.client_id, made, own)
+        else:
+            log.info("%s client %d: synthetic images vary %.3f per pixel, its own images %.3f", name,
+                     ctx.client_id, made, own)
+        return ratio
