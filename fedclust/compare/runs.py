@@ -60,7 +60,7 @@ class Unreadable(Exception):
 def load_runs(folders: list[str], skipped: list[str] | None = None) -> list[RunRecord]:
     """One record per run folder; a folder of run folders (a sweep) stands for the runs in it; a folder that
     is neither is refused by name. A run folder none of whose files can be read is left out, with the reason
-    added to `skipped`."""
+    added to `skipped`; when every folder is left out the request is refused (ConfigError)."""
     skipped = [] if skipped is None else skipped
     runs = []
     for folder in (run for f in folders for run in _expand(Path(f))):
@@ -68,7 +68,10 @@ def load_runs(folders: list[str], skipped: list[str] | None = None) -> list[RunR
             runs.append(load_run_record(folder))
         except Unreadable as error:
             skipped.append(f"{folder.name}: skipped, nothing in it could be read: {error}")
-    if not runs and not skipped:
+    if not runs and skipped:  # refused rather than a page of nothing written over the last good one
+        raise ConfigError("runs", folders, "run folders with at least one readable file; every one was skipped ("
+                          + "; ".join(skipped) + ")")
+    if not runs:
         raise ConfigError("runs", folders, "one or more run folders written by `fedclust fit`")
     return runs
 

@@ -246,8 +246,11 @@ def test_a_run_folder_with_nothing_readable_is_listed_as_skipped(tmp_path, capsy
     assert captured.err.strip().splitlines() == [f"fedclust: note: {html.unescape(notes[0])}"]
     assert "(1 runs, 1 skipped)" in captured.out
 
-    assert main(["compare", str(broken), "--output", str(out)]) == 0  # nothing readable at all: a page saying so
-    assert "0 runs, 1 skipped" in out.read_text() and "Traceback" not in capsys.readouterr().err
+    before = out.read_bytes()  # nothing readable at all: refused in one sentence, the last page kept
+    assert main(["compare", str(broken), "--output", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "every one was skipped (broken: skipped" in err
+    assert "Traceback" not in err and out.read_bytes() == before
 
 
 def test_a_folder_that_cannot_be_listed_is_one_sentence(tmp_path, monkeypatch, capsys):
