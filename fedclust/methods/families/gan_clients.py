@@ -74,9 +74,10 @@ class GANClients:
         return {"synthetic": synthetic}
 
     def report_spread(self, ctx: ClientContext, synthetic: Tensor) -> float:
-        """Log the synthetic images' per-pixel spread beside the client's own (run.log), with a warning when it
-        is below COLLAPSE_SHARE of it: a collapsed generator makes the server cluster near-identical images,
-        which no clustering metric says until the end. Both numbers stay on the client (only the log sees them).
+        """Log the synthetic images' per-pixel spread beside the client's own: at INFO (shown where logging is
+        set to INFO, e.g. from Python), and as a warning (the console and run.log) when it is below
+        COLLAPSE_SHARE of it, since a collapsed generator makes the server cluster near-identical images and no
+        clustering metric says so until the end. Both numbers stay on the client (only the log sees them).
         Returns the ratio."""
         own, made = pixel_spread(ctx.data.all_x()), pixel_spread(synthetic)
         ratio = made / own if own > 0 else 1.0
