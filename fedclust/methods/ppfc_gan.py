@@ -93,7 +93,8 @@ class PPFCGAN(GANClients, FederatedMethod):
     payload_keys = ("synthetic",)  # the GAN's synthetic samples, as the paper shares them
 
     def __init__(self, num_clusters: int | None = None, gan_rounds: int = 50, local_epochs: int = 1,
-                 federated_gan: bool = False, recalibrate_bn: bool = True, batch_size: int = 64, lr_d: float = 2e-4, lr_g: float = 1.8e-3,
+                 federated_gan: bool = False, recalibrate_bn: bool = True, batch_size: int = 64,
+                 lr_d: float = 2e-4, lr_g: float = 1.8e-3,
                  betas: tuple[float, float] = (0.5, 0.999), lr_decay: float = 0.99,
                  reset_adam_each_epoch: bool = True, code_dim: int | None = None, noise_dim: int = 62,
                  g_hidden: int = 1024, d_hidden: int = 1024, synthetic_per_client: int | None = None,
