@@ -44,7 +44,7 @@ from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
 from fedclust.errors import ConfigError, FedclustError
 from fedclust.federation.config import FederationConfig
-from fedclust.federation.distributed import check_launcher, quiet_start_up, rank_zero_before_launch
+from fedclust.federation.distributed import check_launcher, end_process_group, quiet_start_up, rank_zero_before_launch
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
@@ -227,6 +227,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             run_folder.write_assignments(folder / "assignments.csv", orch.predict(), fed_data)
             run_folder.write_json(folder / "final.json", {"metrics": final, "rounds": orch.total_rounds,
                                                            "world_size": fab.world_size})
+        end_process_group()
 
     except BaseException:
         if claimed is not None and not (folder / "config.yaml").exists():

@@ -77,6 +77,15 @@ def quiet_start_up(rank_zero: bool) -> Iterator[None]:
         per_rank.setLevel(level)
 
 
+def end_process_group() -> None:
+    """Every rank reaches the end, then drops the process group: a process that exits with it still alive can
+    abort in gloo's threads while the interpreter shuts down ("terminate called without an active exception",
+    exit -6, seen on a node of the two-node test), and a notebook's next DDP fit would find the old group."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def world_size(fabric: Fabric) -> int:
     return fabric.world_size if dist.is_available() and dist.is_initialized() else 1
 
