@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from fedclust import cli_schema, precheck
+from fedclust.cli_schema.writer import spec_of
 from fedclust.config_files import expand_config_args, packaged_configs
 from tests.helpers.cli import fill, refusals_in_a_fresh_interpreter
 from tests.helpers.known_data import write_checkpoint_stub, write_known_data
@@ -265,7 +266,7 @@ def test_type_specs_round_trip_through_type_hints():
     specs = [o["type"] for cmd in schema["commands"].values() for o in cmd["options"].values() if "type" in o]
     specs += [s for c in schema["method"]["classes"].values() for s in (c["params"] or {}).values()]
     for spec in specs:
-        assert cli_schema.spec_of(cli_schema.typehint(spec)) == spec
+        assert spec_of(cli_schema.typehint(spec)) == spec
 
 
 def test_the_schema_is_up_to_date():

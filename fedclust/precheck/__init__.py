@@ -2,7 +2,7 @@
 
 Building the real parser imports torch, Lightning and every method (about 6 s on a small CPU), so a typo
 used to cost that long. This pass checks the command line and its YAML configs against the schema read off
-the real parsers (fedclust/cli_schema.json, see fedclust/cli_schema.py) and refuses bad input with one
+the real parsers (fedclust/cli_schema.json, see fedclust/cli_schema/) and refuses bad input with one
 sentence naming the field, the value and what is valid: an unknown option or config key (with the closest
 valid names), a value of the wrong type or outside a Literal's choices, an unknown method or init argument, a
 value out of range (data.p, federation.fraction, a learning rate, --knn 0, ...: the checks that need no data),
