@@ -60,9 +60,10 @@ class DataConfig:
             "host" keeps them in host memory and feeds batches through a DataLoader.
         num_workers: DataLoader workers for the host placement.
         eval_batch_size: Batch size for embedding and assigning all samples.
-        options: Data-set specific options (image_size for imagenet10; num_clusters,
-            points_per_cluster, dim for the synthetic sets; image_size, channels for folder; path,
-            label_column, client_column, feature_columns for features; and path, split, image_column, ... for hf).
+        options: Data-set specific options (image_size for imagenet10; num_clusters, points_per_cluster (one
+            number, or a list of one per cluster), dim for the synthetic sets; image_size, channels for folder;
+            path, label_column, client_column, feature_columns for features; and path, split, image_column, ...
+            for hf).
     """
 
     name: str = "digits"

@@ -136,20 +136,24 @@ def _imagenet10(root: str | None, split: str, image_size: int = 96) -> Dataset:
 # ---------------------------------------------------------------- synthetic sets (UIFCA)
 
 
-def _check_synthetic(num_clusters: int, points_per_cluster: int, dim: int) -> None:
-    if num_clusters < 1:
+def _cluster_sizes(num_clusters: int, points_per_cluster: int | list[int], dim: int) -> list[int]:
+    """Points in each cluster: one number for all, or one per cluster (unequal sizes)."""
+    if not isinstance(num_clusters, int) or num_clusters < 1:
         raise ConfigError("data.options.num_clusters", num_clusters, "a positive integer")
-    if points_per_cluster < 1:
-        raise ConfigError("data.options.points_per_cluster", points_per_cluster, "a positive integer")
-    if dim < 1:
+    if not isinstance(dim, int) or dim < 1:
         raise ConfigError("data.options.dim", dim, "a positive integer")
+    sizes = points_per_cluster if isinstance(points_per_cluster, (list, tuple)) else [points_per_cluster] * num_clusters
+    if len(sizes) != num_clusters or not all(isinstance(n, int) and n >= 1 for n in sizes):
+        raise ConfigError("data.options.points_per_cluster", points_per_cluster,
+                          f"a positive integer, or a list of {num_clusters} positive integers (one per cluster)")
+    return list(sizes)
 
 
 def _gaussian(
     root: str | None,
     split: str,
     num_clusters: int = 4,
-    points_per_cluster: int = 1000,
+    points_per_cluster: int | list[int] = 1000,
     dim: int = 32,
     radius: float = 5.0,
     noise_std: float = 1.0,
@@ -159,9 +163,10 @@ def _gaussian(
 
     Our reading of the paper: sigma = 1 in every coordinate; centres drawn coordinate-wise and scaled
     by R = radius = 5, redrawn until distinct, so any two are at least R apart (the paper's "minimum
-    separation"). Samples are ordered cluster by cluster; label = cluster id.
+    separation"). Samples are ordered cluster by cluster; label = cluster id. ``points_per_cluster`` as a list
+    gives each cluster its own size (clusters of unequal sizes).
     """
-    _check_synthetic(num_clusters, points_per_cluster, dim)
+    sizes = _cluster_sizes(num_clusters, points_per_cluster, dim)
     if dim < 63 and num_clusters > 2**dim:
         valid = f"at most 2**dim = {2**dim} (the number of distinct centres)"
         raise ConfigError("data.options.num_clusters", num_clusters, valid)
@@ -170,7 +175,7 @@ def _gaussian(
         bits = torch.bernoulli(torch.full((num_clusters, dim), 0.5), generator=g)
         if len(torch.unique(bits, dim=0)) == num_clusters:
             break
-    y = torch.arange(num_clusters).repeat_interleave(points_per_cluster)
+    y = torch.arange(num_clusters).repeat_interleave(torch.tensor(sizes))
     x = radius * bits[y] + noise_std * torch.randn(len(y), dim, generator=g)
     return _assemble("gaussian", split, lambda p: (x.float(), y), num_clusters, False, has_test=False)
 
@@ -179,7 +184,7 @@ def _subspace(
     root: str | None,
     split: str,
     num_clusters: int = 4,
-    points_per_cluster: int = 1000,
+    points_per_cluster: int | list[int] = 1000,
     dim: int = 32,
     subspace_dim: int = 16,
     seed: int = 0,
@@ -188,15 +193,20 @@ def _subspace(
 
     Our reading of the paper: one basis per cluster (QR of a Gaussian matrix), no offset and no
     extra noise, so every cluster is centred at the origin (k-means cannot separate them, by design).
+    ``points_per_cluster`` as a list gives each cluster its own size.
     """
-    _check_synthetic(num_clusters, points_per_cluster, dim)
+    sizes = _cluster_sizes(num_clusters, points_per_cluster, dim)
     if not 1 <= subspace_dim <= dim:
         raise ConfigError("data.options.subspace_dim", subspace_dim, f"an integer in [1, dim = {dim}]")
     g = generator(seed, "subspace")
     bases = torch.linalg.qr(torch.randn(num_clusters, dim, subspace_dim, generator=g, dtype=torch.float64))[0]
-    coeffs = torch.randn(num_clusters, points_per_cluster, subspace_dim, generator=g, dtype=torch.float64)
-    x = (coeffs @ bases.transpose(1, 2)).reshape(-1, dim).float()
-    y = torch.arange(num_clusters).repeat_interleave(points_per_cluster)
+    if len(set(sizes)) == 1:  # one draw for all clusters (the stream every equal-size run was made with)
+        coeffs = torch.randn(num_clusters, sizes[0], subspace_dim, generator=g, dtype=torch.float64)
+        x = (coeffs @ bases.transpose(1, 2)).reshape(-1, dim).float()
+    else:
+        x = torch.cat([torch.randn(n, subspace_dim, generator=g, dtype=torch.float64) @ bases[k].T
+                       for k, n in enumerate(sizes)]).float()
+    y = torch.arange(num_clusters).repeat_interleave(torch.tensor(sizes))
     return _assemble("subspace", split, lambda p: (x, y), num_clusters, False, has_test=False)
 
 

@@ -258,6 +258,19 @@ def test_synthetic_shapes_and_seeding(name):
     assert small.x.shape == (30, 20) and small.num_classes == 3
 
 
+@pytest.mark.parametrize("name", ["gaussian", "subspace"])
+def test_synthetic_clusters_of_unequal_sizes(name):
+    """points_per_cluster as a list: one size per cluster (the hidden variations of UIFCA's Table 1)."""
+    ds = load_dataset(name, points_per_cluster=[50, 100, 150, 200])
+    assert torch.bincount(ds.y).tolist() == [50, 100, 150, 200] and ds.x.shape == (500, 32)
+    assert torch.equal(load_dataset(name, points_per_cluster=[50, 100, 150, 200]).x, ds.x)
+    if name == "subspace":  # every cluster still lies in its own 16-dim subspace
+        assert all(torch.linalg.matrix_rank(ds.x[ds.y == k].double(), tol=1e-4).item() == 16 for k in range(4))
+    for bad in ([50, 100], [50, 100, 150, 0], 0):
+        with pytest.raises(ConfigError, match=r"data\.options\.points_per_cluster .*a list of 4 positive integers"):
+            load_dataset(name, points_per_cluster=bad)
+
+
 def test_gaussian_is_recovered_by_kmeans():
     ds = load_dataset("gaussian", seed=3)
     pred = KMeans(4, n_init=10, random_state=0).fit_predict(ds.x.numpy())
