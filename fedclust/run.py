@@ -44,7 +44,13 @@ from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
 from fedclust.errors import ConfigError, FedclustError
 from fedclust.federation.config import FederationConfig
-from fedclust.federation.distributed import check_launcher, end_process_group, quiet_start_up, rank_zero_before_launch
+from fedclust.federation.distributed import (
+    check_launcher,
+    end_process_group,
+    has_process_group,
+    quiet_start_up,
+    rank_zero_before_launch,
+)
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
@@ -169,6 +175,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             precision, memory_format, why = *started, "auto, as when the run started"
         fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
                      num_nodes=fabric.num_nodes, precision=precision, loggers=[extra] if extra else [])
+        group_started_here = not has_process_group()
         with quiet_start_up(leader):  # Lightning's start-up banners once, from rank 0
             fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
         folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
@@ -227,7 +234,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             run_folder.write_assignments(folder / "assignments.csv", orch.predict(), fed_data)
             run_folder.write_json(folder / "final.json", {"metrics": final, "rounds": orch.total_rounds,
                                                            "world_size": fab.world_size})
-        end_process_group()
+        end_process_group(group_started_here)
 
     except BaseException:
         if claimed is not None and not (folder / "config.yaml").exists():

@@ -77,17 +77,22 @@ def quiet_start_up(rank_zero: bool) -> Iterator[None]:
         per_rank.setLevel(level)
 
 
-def end_process_group() -> None:
-    """Every rank reaches the end, then drops the process group: a process that exits with it still alive can
-    abort in gloo's threads while the interpreter shuts down ("terminate called without an active exception",
-    exit -6, seen on a node of the two-node test), and a notebook's next DDP fit would find the old group."""
-    if dist.is_available() and dist.is_initialized():
+def has_process_group() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def end_process_group(started_here: bool) -> None:
+    """Every rank reaches the end, then drops the process group this run started: a process that exits with it
+    still alive can abort in gloo's threads while the interpreter shuts down ("terminate called without an active
+    exception", exit -6, seen on a node of the two-node test), and a notebook's next DDP fit would find the old
+    group. A group the caller made before the run is theirs and stays."""
+    if started_here and has_process_group():
         dist.barrier()
         dist.destroy_process_group()
 
 
 def world_size(fabric: Fabric) -> int:
-    return fabric.world_size if dist.is_available() and dist.is_initialized() else 1
+    return fabric.world_size if has_process_group() else 1
 
 
 def my_clients(clients: list[int], fabric: Fabric) -> list[int]:

@@ -126,3 +126,21 @@ def test_gathered_updates_move_whole_including_their_payloads():
     copy = to_cpu(update)
     copy.payload["centroids"].add_(1)
     assert update.payload["centroids"].sum() == 8  # a copy, not a view
+
+
+def test_a_run_ends_only_the_process_group_it_started(tmp_path):
+    """fit drops the group its Fabric started (a node that exits with gloo's group alive can abort, -6), never
+    one the caller made before the run."""
+    import torch.distributed as dist
+
+    from fedclust.federation.distributed import end_process_group, has_process_group
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        end_process_group(started_here=False)
+        assert has_process_group()
+        end_process_group(started_here=True)
+        assert not has_process_group()
+    finally:
+        if has_process_group():
+            dist.destroy_process_group()
