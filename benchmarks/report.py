@@ -155,10 +155,11 @@ def _shown(path: Path) -> str:
     return str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
 
 
-def _describe(settings: dict) -> str:
-    """key value, ...; a named axis as key: case (key value, ...) | case (...)."""
-    return ", ".join(f"{k}: " + " | ".join(f"{case} ({_describe(c)})" for case, c in v.items()) if isinstance(v, dict)
-                     else f"{k} {v}" for k, v in settings.items())
+def _describe(settings: dict, axes: bool = True) -> str:
+    """key value, ...; a named axis (a mapping of cases) as key: case (key value, ...) | case (...). Inside a case a
+    mapping is a value (data.options: {num_clusters: 3})."""
+    return ", ".join(f"{k}: " + " | ".join(f"{case} ({_describe(c, False)})" for case, c in v.items())
+                     if axes and isinstance(v, dict) else f"{k} {v}" for k, v in settings.items())
 
 
 def plot(exp: Experiment, rows: list[dict], path: Path) -> bool:
