@@ -4,4 +4,5 @@ import sys
 
 from fedclust.cli_schema.writer import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing this module (a package walk) writes nothing
+    sys.exit(main())
