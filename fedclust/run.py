@@ -161,6 +161,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         folder = Path(os.environ.get(RUN_DIR_ENV) or resume or run_dir or "")
     # the env var FEDCLUST_KMEANS_BACKEND or an earlier choice holds unless this run names a backend
     previous_backend = set_kmeans_backend(kmeans_backend) if kmeans_backend != "auto" else None
+    group_started_here = finished = False
     try:
         # untrusted, so judged as soon as it is read: before any data is loaded or any model is built
         resumed_state = load_checkpoint(folder / CHECKPOINT) if resume is not None else None
@@ -234,13 +235,14 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
             run_folder.write_assignments(folder / "assignments.csv", orch.predict(), fed_data)
             run_folder.write_json(folder / "final.json", {"metrics": final, "rounds": orch.total_rounds,
                                                            "world_size": fab.world_size})
-        end_process_group(group_started_here)
+        finished = True
 
     except BaseException:
         if claimed is not None and not (folder / "config.yaml").exists():
             claimed.abandon()  # failed before writing anything (a bad config found late): leave nothing behind
         raise
     finally:
+        end_process_group(group_started_here, finished)
         if claimed is not None:
             claimed.release()
         if previous_backend is not None:

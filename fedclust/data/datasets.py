@@ -200,12 +200,8 @@ def _subspace(
         raise ConfigError("data.options.subspace_dim", subspace_dim, f"an integer in [1, dim = {dim}]")
     g = generator(seed, "subspace")
     bases = torch.linalg.qr(torch.randn(num_clusters, dim, subspace_dim, generator=g, dtype=torch.float64))[0]
-    if len(set(sizes)) == 1:  # one draw for all clusters (the stream every equal-size run was made with)
-        coeffs = torch.randn(num_clusters, sizes[0], subspace_dim, generator=g, dtype=torch.float64)
-        x = (coeffs @ bases.transpose(1, 2)).reshape(-1, dim).float()
-    else:
-        x = torch.cat([torch.randn(n, subspace_dim, generator=g, dtype=torch.float64) @ bases[k].T
-                       for k, n in enumerate(sizes)]).float()
+    x = torch.cat([torch.randn(n, subspace_dim, generator=g, dtype=torch.float64) @ bases[k].T
+                   for k, n in enumerate(sizes)]).float()
     y = torch.arange(num_clusters).repeat_interleave(torch.tensor(sizes))
     return _assemble("subspace", split, lambda p: (x, y), num_clusters, False, has_test=False)
 

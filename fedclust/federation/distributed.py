@@ -81,13 +81,15 @@ def has_process_group() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def end_process_group(started_here: bool) -> None:
-    """Every rank reaches the end, then drops the process group this run started: a process that exits with it
-    still alive can abort in gloo's threads while the interpreter shuts down ("terminate called without an active
-    exception", exit -6, seen on a node of the two-node test), and a notebook's next DDP fit would find the old
-    group. A group the caller made before the run is theirs and stays."""
+def end_process_group(started_here: bool, finished: bool) -> None:
+    """Drop the process group this run started: a process that exits with it still alive can abort in gloo's
+    threads while the interpreter shuts down ("terminate called without an active exception", exit -6, seen on a
+    node of the two-node test), which would also turn a failed run's exit 2 into -6. A finished run first waits for
+    every rank (a failed one does not: the others may never arrive). A group the caller made before the run is
+    theirs and stays."""
     if started_here and has_process_group():
-        dist.barrier()
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
 
 

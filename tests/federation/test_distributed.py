@@ -137,9 +137,9 @@ def test_a_run_ends_only_the_process_group_it_started(tmp_path):
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
-        end_process_group(started_here=False)
+        end_process_group(started_here=False, finished=True)
         assert has_process_group()
-        end_process_group(started_here=True)
+        end_process_group(started_here=True, finished=False)  # a failed run: no barrier, the group still goes
         assert not has_process_group()
     finally:
         if has_process_group():
