@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedclust.clustering.kmeans import assign_nearest
+from fedclust.clustering.knn_vote import knn_vote
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import local_summaries
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
@@ -84,6 +85,10 @@ class FedSpectral(FederatedMethod):
         cluster_space: Where summaries are made and samples clustered: "backbone" (the trunk's features),
             "projection" (z), or "input+backbone" (the unit-normalised input beside the unit-normalised trunk
             features: the learned features add to the input's own geometry instead of replacing it).
+        vote_neighbors: When the server's labels come back, each client relabels every sample by the majority label
+            among it and its ``vote_neighbors`` nearest samples of its own, in the cluster space (0: off). A summary
+            gives all its members one label, so the minority of a mixed summary is wrong together; its nearest
+            samples mostly sit in other summaries and outvote it. Local, no extra communication.
     """
 
     payload_keys = ("summaries", "summary_sizes")
@@ -97,11 +102,12 @@ class FedSpectral(FederatedMethod):
                  summary_size: int = 20, min_summary_size: int = 5,
                  summaries: Literal["kmeans", "balanced"] = "kmeans", neighbors: int = 10,
                  kernel: Literal["cosine", "self_tuning"] = "cosine",
-                 cluster_space: Literal["backbone", "projection", "input+backbone"] = "backbone"):
+                 cluster_space: Literal["backbone", "projection", "input+backbone"] = "backbone",
+                 vote_neighbors: int = 0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("summary_size", summary_size, 1), ("min_summary_size", min_summary_size, 1),
-                                 ("neighbors", neighbors, 1)):
+                                 ("neighbors", neighbors, 1), ("vote_neighbors", vote_neighbors, 0)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
         if not temperature > 0:
@@ -213,15 +219,23 @@ class FedSpectral(FederatedMethod):
         nearest = assign_nearest(self.embed(x), self.summaries.to(x.device), cosine=True)
         return self.summary_labels.to(x.device)[nearest]
 
+    def _client_vote(self, data, part: Tensor, labels: Tensor) -> Tensor:
+        """A client's labels after its local kNN vote (``vote_neighbors``); unchanged when it is off."""
+        if not self.hparams.vote_neighbors:
+            return labels
+        h = torch.cat([self.embed(x) for x in data.iter_indices(part)]).cpu()
+        return knn_vote(h, labels, self.hparams.vote_neighbors, self.num_clusters)
+
     @torch.no_grad()
     def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
-        """Each sample of a client that sent summaries: the cluster of its summary; any other: the nearest one's."""
+        """Each sample of a client that sent summaries: the cluster of its summary (after the client's kNN vote when
+        ``vote_neighbors``); any other: the nearest summary's."""
         self.eval()
         labels = torch.full((len(data),), -1, dtype=torch.long)
         for cid, mapping in self.client_labels.items():
             member = client_states.get(cid, {}).get(LOCAL)
             if member is not None and len(member) == len(data.parts[cid]):
-                labels[data.parts[cid].cpu()] = mapping[member]
+                labels[data.parts[cid].cpu()] = self._client_vote(data, data.parts[cid], mapping[member])
         missing = (labels < 0).nonzero().squeeze(1)
         if len(missing):
             labels[missing] = torch.cat([self.assign(x).cpu() for x in data.iter_indices(missing)])

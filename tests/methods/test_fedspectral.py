@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fedclust.clustering.knn_vote import knn_vote
 from fedclust.contract import ClientContext, ClientSession, ClientUpdate, RoundContext, Stage
 from fedclust.data.config import build_federated_data
 from fedclust.errors import ConfigError
@@ -62,10 +63,7 @@ def test_the_loss_is_nt_xent_plus_the_weighted_decorrelation_of_both_views(monke
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
-def test_server_clusters_the_summaries_and_samples_take_their_summarys_cluster():
-    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
-    method = tiny()
-    method.build(data.info)
+def _one_round(method, data):
     states, updates = {}, []
     for cid in range(data.num_clients):
         ctx = _client(method, data, cid)
@@ -73,6 +71,14 @@ def test_server_clusters_the_summaries_and_samples_take_their_summarys_cluster()
         states[cid] = ctx.state
     method.session = None
     method.aggregate(None, updates, RoundContext(Stage("train", 2), 0, 0, 0))
+    return states, updates
+
+
+def test_server_clusters_the_summaries_and_samples_take_their_summarys_cluster():
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    method = tiny()
+    method.build(data.info)
+    states, updates = _one_round(method, data)
     assert len(method.summary_labels) == sum(len(u.payload["summaries"]) for u in updates)
     labels = method.predict(data, states)
     for cid, part in enumerate(data.parts):  # through the client: its summary's cluster
@@ -83,8 +89,22 @@ def test_server_clusters_the_summaries_and_samples_take_their_summarys_cluster()
     assert method.global_centroids().shape == (method.num_clusters, method.summaries.shape[1])
 
 
+def test_the_clients_vote_relabels_each_sample_by_its_own_nearest_samples():
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    method = tiny(vote_neighbors=4)
+    method.build(data.info)
+    states, _ = _one_round(method, data)
+    labels = method.predict(data, states)
+    with torch.no_grad():
+        for cid, part in enumerate(data.parts):  # each client votes among its own samples only
+            own = method.client_labels[cid][states[cid]["summary_of"]]
+            h = method.embed(data.gather(part))
+            assert torch.equal(labels[part], knn_vote(h, own, 4, method.num_clusters))
+
+
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(min_summary_size=0), dict(neighbors=0),
-                                 dict(temperature=0.0), dict(decorrelation_weight=-1.0)])
+                                 dict(temperature=0.0), dict(decorrelation_weight=-1.0),
+                                 dict(vote_neighbors=-1)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
