@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedclust.clustering.kmeans import assign_nearest
-from fedclust.clustering.knn_vote import knn_vote
+from fedclust.clustering.knn_vote import nearest_neighbors, vote
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import local_summaries
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
@@ -52,6 +52,7 @@ from fedclust.nn.backbones import build_backbone
 from fedclust.seeding import int_seed
 
 LOCAL = "summary_of"  # ctx.state: which of its summaries each of the client's samples is in
+VOTERS = "voters_of"  # ctx.state: each of the client's samples and its vote_neighbors nearest (vote_neighbors > 0)
 
 
 class FedSpectral(FederatedMethod):
@@ -86,9 +87,10 @@ class FedSpectral(FederatedMethod):
             "projection" (z), or "input+backbone" (the unit-normalised input beside the unit-normalised trunk
             features: the learned features add to the input's own geometry instead of replacing it).
         vote_neighbors: When the server's labels come back, each client relabels every sample by the majority label
-            among it and its ``vote_neighbors`` nearest samples of its own, in the cluster space (0: off). A summary
-            gives all its members one label, so the minority of a mixed summary is wrong together; its nearest
-            samples mostly sit in other summaries and outvote it. Local, no extra communication.
+            among it and its ``vote_neighbors`` nearest samples of its own (0: off), found in the features its
+            summaries were made from. A summary gives all its members one label, so the minority of a mixed
+            summary is wrong together; its nearest samples mostly sit in other summaries and outvote it. Local:
+            no extra communication.
     """
 
     payload_keys = ("summaries", "summary_sizes")
@@ -154,6 +156,8 @@ class FedSpectral(FederatedMethod):
             h, hp.summary_size, hp.min_summary_size, int_seed(ctx.seed, "summaries", ctx.stage_index, ctx.round,
                                                                ctx.client_id), hp.summaries)
         ctx.state[LOCAL] = member.cpu()
+        if hp.vote_neighbors:  # found now, in the features the summaries were made in; used when labels come back
+            ctx.state[VOTERS] = nearest_neighbors(h, hp.vote_neighbors).cpu()
 
     def _views(self, x: Tensor) -> tuple[Tensor, Tensor]:
         if self.views is None:  # vector data: two noisy copies (no image augmentation applies)
@@ -219,12 +223,14 @@ class FedSpectral(FederatedMethod):
         nearest = assign_nearest(self.embed(x), self.summaries.to(x.device), cosine=True)
         return self.summary_labels.to(x.device)[nearest]
 
-    def _client_vote(self, data, part: Tensor, labels: Tensor) -> Tensor:
+    def _client_vote(self, labels: Tensor, voters: Tensor | None) -> Tensor:
         """A client's labels after its local kNN vote (``vote_neighbors``); unchanged when it is off."""
-        if not self.hparams.vote_neighbors:
+        n = len(labels)
+        if not self.hparams.vote_neighbors or voters is None or voters.ndim != 2 or len(voters) != n:
             return labels
-        h = torch.cat([self.embed(x) for x in data.iter_indices(part)]).cpu()
-        return knn_vote(h, labels, self.hparams.vote_neighbors, self.num_clusters)
+        if voters.dtype != torch.long or voters.numel() == 0 or voters.min() < 0 or voters.max() >= n:
+            return labels  # a damaged client state (read from a checkpoint): its summaries' labels stand
+        return vote(labels, voters, self.num_clusters)
 
     @torch.no_grad()
     def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
@@ -235,7 +241,7 @@ class FedSpectral(FederatedMethod):
         for cid, mapping in self.client_labels.items():
             member = client_states.get(cid, {}).get(LOCAL)
             if member is not None and len(member) == len(data.parts[cid]):
-                labels[data.parts[cid].cpu()] = self._client_vote(data, data.parts[cid], mapping[member])
+                labels[data.parts[cid].cpu()] = self._client_vote(mapping[member], client_states[cid].get(VOTERS))
         missing = (labels < 0).nonzero().squeeze(1)
         if len(missing):
             labels[missing] = torch.cat([self.assign(x).cpu() for x in data.iter_indices(missing)])

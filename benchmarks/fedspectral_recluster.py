@@ -1,0 +1,102 @@
+"""Re-cluster a trained FedSpectral run's data offline under other server and client settings (issue 22).
+
+FedSpectral's last steps -- each client's summaries, the server's spectral clustering of them, the clients' labels
+-- depend on three settings (summary_size, neighbors, vote_neighbors) but not on training, so they can be chosen on
+one trained model without retraining. This script loads a run folder's last checkpoint, embeds the run's own data
+with the model, and for every setting and seed redoes those steps with the method's own functions, printing NMI.
+It also prints, as a ceiling, spectral clustering of every sample (sklearn, a symmetric kNN graph), which no
+federated method can do. Labels are read only to score: run it on a TRAINING-split run (`data.split: train`),
+never on the split you report; it refuses a test-split run.
+
+Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
+           [--seeds 3]
+The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
+images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.cluster import SpectralClustering
+from sklearn.metrics import normalized_mutual_info_score
+from sklearn.neighbors import kneighbors_graph
+
+from fedclust.clustering.knn_vote import knn_vote
+from fedclust.clustering.spectral import spectral_clustering
+from fedclust.clustering.summaries import local_summaries
+from fedclust.methods.fedspectral import FedSpectral
+from fedclust.run import load_run
+
+
+def load(run: Path):
+    """The run's data and partition, and its model's embedding of every sample (fedclust.run.load_run: the
+    checkpoint read with the safe loader)."""
+    saved = load_run(run, torch.device("cpu"))
+    if saved.data_cfg.split == "test":
+        raise SystemExit(f"{run}: data.split is test; choose settings on another split (e.g. data.split: train).")
+    if not isinstance(saved.method, FedSpectral):
+        raise SystemExit(f"{run}: a {type(saved.method).__name__} run; this re-clusters FedSpectral runs.")
+    saved.method.eval()
+    with torch.no_grad():
+        h = torch.cat([saved.method.embed(x) for x in saved.data.iter_all()])
+    return saved.data, h, saved.method
+
+
+def recluster(data, h: torch.Tensor, k: int, size: int, neighbors: int, seed: int,
+              min_size: int = 5, kernel: str = "self_tuning") -> torch.Tensor:
+    """FedSpectral's clients' summaries -> the server's spectral clustering -> each sample its summary's label."""
+    made = [local_summaries(h[idx], size, min(min_size, size), seed * 100 + cid, "kmeans")
+            for cid, idx in enumerate(data.parts)]
+    points, sizes = torch.cat([m[0] for m in made]), torch.cat([m[2] for m in made])
+    server = spectral_clustering(points, k, neighbors=neighbors, weights=sizes, seed=seed, kernel=kernel)
+    out, offset = torch.empty(len(h), dtype=torch.long), 0
+    for (summaries, member, _), idx in zip(made, data.parts):
+        out[idx] = server[offset:offset + len(summaries)][member]
+        offset += len(summaries)
+    return out
+
+
+def client_vote(data, h: torch.Tensor, labels: torch.Tensor, vote: int, k: int) -> np.ndarray:
+    """Each client's local kNN vote over its own samples (FedSpectral's vote_neighbors)."""
+    out = labels.clone()
+    for idx in data.parts:
+        out[idx] = knn_vote(h[idx], labels[idx], vote, k)
+    return out.numpy()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 20])
+    ap.add_argument("--neighbors", type=int, nargs="+", default=[5])
+    ap.add_argument("--votes", type=int, nargs="+", default=[0, 5, 10, 20])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--ceiling", action="store_true", help="also spectral clustering of every sample (slow)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    data, h, method = load(args.run)
+    y, k = data.labels.numpy(), method.num_clusters
+    print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space {method.hparams.cluster_space}")
+    for size in args.sizes:
+        for nb in args.neighbors:
+            rows = {v: [] for v in args.votes}
+            for seed in range(args.seeds):
+                labels = recluster(data, h, k, size, nb, seed)
+                for v in args.votes:
+                    rows[v].append(normalized_mutual_info_score(y, client_vote(data, h, labels, v, k)))
+            for v, scores in rows.items():
+                print(f"summary_size {size:3d}  neighbors {nb:2d}  vote_neighbors {v:2d}  NMI "
+                      + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
+    if args.ceiling:
+        graph = kneighbors_graph(h.numpy(), 5, include_self=False)
+        labels = SpectralClustering(k, affinity="precomputed", random_state=0).fit_predict(0.5 * (graph + graph.T))
+        print(f"ceiling: spectral clustering of every sample, 5 neighbours: NMI "
+              f"{normalized_mutual_info_score(y, labels):.4f}")
+
+
+if __name__ == "__main__":
+    main()
