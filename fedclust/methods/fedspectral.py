@@ -223,13 +223,14 @@ class FedSpectral(FederatedMethod):
         nearest = assign_nearest(self.embed(x), self.summaries.to(x.device), cosine=True)
         return self.summary_labels.to(x.device)[nearest]
 
-    def _client_vote(self, labels: Tensor, voters: Tensor | None) -> Tensor:
-        """A client's labels after its local kNN vote (``vote_neighbors``); unchanged when it is off."""
+    def _client_vote(self, labels: Tensor, voters: Any) -> Tensor:
+        """A client's labels after its local kNN vote (``vote_neighbors``); unchanged when it is off, and when the
+        client's saved neighbours (read back from a checkpoint, untrusted) do not fit its samples."""
         n = len(labels)
-        if not self.hparams.vote_neighbors or voters is None or voters.ndim != 2 or len(voters) != n:
+        fits = (isinstance(voters, Tensor) and voters.ndim == 2 and len(voters) == n and voters.numel() > 0
+                and voters.dtype == torch.long and int(voters.min()) >= 0 and int(voters.max()) < n)
+        if not self.hparams.vote_neighbors or not fits:
             return labels
-        if voters.dtype != torch.long or voters.numel() == 0 or voters.min() < 0 or voters.max() >= n:
-            return labels  # a damaged client state (read from a checkpoint): its summaries' labels stand
         return vote(labels, voters, self.num_clusters)
 
     @torch.no_grad()

@@ -101,8 +101,10 @@ def test_the_clients_vote_relabels_each_sample_by_its_own_nearest_samples():
             h = method.embed(data.gather(part))
             assert torch.equal(labels[part], knn_vote(h, own, 4, method.num_clusters))
     # a damaged saved state (indices out of range) leaves the summaries' labels as they are
-    states[0]["voters_of"] = torch.full_like(states[0]["voters_of"], 10**6)
-    assert torch.equal(method.predict(data, states)[data.parts[0]], method.client_labels[0][states[0]["summary_of"]])
+    for damaged in (torch.full_like(states[0]["voters_of"], 10**6), "not a tensor", states[0]["voters_of"].float()):
+        states[0]["voters_of"] = damaged
+        assert torch.equal(method.predict(data, states)[data.parts[0]],
+                           method.client_labels[0][states[0]["summary_of"]])
 
 
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(min_summary_size=0), dict(neighbors=0),
