@@ -58,7 +58,7 @@ def knn_affinity(points: Tensor, neighbors: int, kernel: str = "cosine") -> Tens
 def spectral_embedding(affinity: Tensor, k: int, weights: Tensor | None = None) -> Tensor:
     """Rows of the k leading eigenvectors of D^-1/2 W D^-1/2, each row unit-normalised (Ng, Jordan & Weiss 2002);
     W = diag(w) A diag(w) + diag(w^2) when point weights w are given (each summary's own pairs as a self-loop)."""
-    a = affinity.double().clone()  # in place from here: w_i a_ij w_j + [i = j] w_i^2, then D^-1/2 . D^-1/2
+    a = affinity.to(torch.float64, copy=True)  # in place from here: w_i a_ij w_j + [i = j] w_i^2, then D^-1/2 . D^-1/2
     if weights is not None:
         w = weights.double().to(a.device)
         a.mul_(w[:, None]).mul_(w[None, :])

@@ -6,7 +6,7 @@ import torch
 
 from fedclust.clustering.balanced import balanced_assignment, balanced_kmeans, sinkhorn
 from fedclust.clustering.metrics import nmi
-from fedclust.clustering.spectral import spectral_clustering
+from fedclust.clustering.spectral import knn_affinity, spectral_clustering, spectral_embedding
 
 
 def test_sinkhorn_plan_has_unit_rows_and_equal_columns():
@@ -73,6 +73,19 @@ def test_spectral_weights_and_degenerate_sizes():
     labels = spectral_clustering(x, 2, neighbors=8, weights=torch.full((200,), 7.0))
     assert nmi(labels, truth) > 0.95
     assert spectral_clustering(x[:3], 5).tolist() == [0, 1, 2]  # k >= n: each point its own cluster
+
+
+def test_the_in_place_affinity_is_symmetric_sparse_and_leaves_its_inputs_alone():
+    g = torch.Generator().manual_seed(0)
+    points = torch.randn(60, 5, generator=g)
+    kept = points.clone()
+    for kernel in ("cosine", "self_tuning"):
+        a = knn_affinity(points, 4, kernel)
+        assert torch.equal(points, kept) and torch.equal(a, a.T) and torch.all(a.diagonal() == 0)
+        assert torch.all((a > 0).sum(1) >= 4) and torch.all(a <= 1) and torch.all(a >= 0)
+        before = a.clone()
+        spectral_embedding(a, 3, torch.full((60,), 7.0))
+        assert torch.equal(a, before)  # the embedding works on its own copy
 
 
 def test_local_summaries_never_average_fewer_than_min_size_samples():
