@@ -9,7 +9,7 @@ federated method can do. Labels are read only to score: run it on a TRAINING-spl
 never on the split you report; it refuses a test-split run.
 
 Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
-           [--seeds 3]
+           [--seeds 3] [--backbone-weights 1 1.4 2] [--ceiling]
 The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
 images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
 """
@@ -32,15 +32,17 @@ from fedclust.methods.fedspectral import FedSpectral
 from fedclust.run import load_run
 
 
-def load(run: Path):
+def load(run: Path, backbone_weight: float | None = None):
     """The run's data and partition, and its model's embedding of every sample (fedclust.run.load_run: the
-    checkpoint read with the safe loader)."""
+    checkpoint read with the safe loader), with the run's own backbone_weight or ``backbone_weight``."""
     saved = load_run(run, torch.device("cpu"))
     if saved.data_cfg.split == "test":
         raise SystemExit(f"{run}: data.split is test; choose settings on another split (e.g. data.split: train).")
     if not isinstance(saved.method, FedSpectral):
         raise SystemExit(f"{run}: a {type(saved.method).__name__} run; this re-clusters FedSpectral runs.")
     saved.method.eval()
+    if backbone_weight is not None:
+        saved.method.hparams.backbone_weight = backbone_weight
     with torch.no_grad():
         h = torch.cat([saved.method.embed(x) for x in saved.data.iter_all()])
     return saved.data, h, saved.method
@@ -75,22 +77,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--neighbors", type=int, nargs="+", default=[5])
     ap.add_argument("--votes", type=int, nargs="+", default=[0, 5, 10, 20])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--backbone-weights", type=float, nargs="+", default=[None],
+                    help="input+backbone runs: the trunk block's weights to try (default: the run's own)")
     ap.add_argument("--ceiling", action="store_true", help="also spectral clustering of every sample (slow)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    data, h, method = load(args.run)
-    y, k = data.labels.numpy(), method.num_clusters
-    print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space {method.hparams.cluster_space}")
-    for size in args.sizes:
-        for nb in args.neighbors:
-            rows = {v: [] for v in args.votes}
-            for seed in range(args.seeds):
-                labels = recluster(data, h, k, size, nb, seed)
-                for v in args.votes:
-                    rows[v].append(normalized_mutual_info_score(y, client_vote(data, h, labels, v, k)))
-            for v, scores in rows.items():
-                print(f"summary_size {size:3d}  neighbors {nb:2d}  vote_neighbors {v:2d}  NMI "
-                      + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
+    for weight in args.backbone_weights:
+        data, h, method = load(args.run, weight)
+        y, k = data.labels.numpy(), method.num_clusters
+        print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space "
+              f"{method.hparams.cluster_space}, backbone_weight {method.hparams.get('backbone_weight', 1.0)}")
+        for size in args.sizes:
+            for nb in args.neighbors:
+                rows = {v: [] for v in args.votes}
+                for seed in range(args.seeds):
+                    labels = recluster(data, h, k, size, nb, seed)
+                    for v in args.votes:
+                        rows[v].append(normalized_mutual_info_score(y, client_vote(data, h, labels, v, k)))
+                for v, scores in rows.items():
+                    print(f"summary_size {size:3d}  neighbors {nb:2d}  vote_neighbors {v:2d}  NMI "
+                          + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
     if args.ceiling:
         graph = kneighbors_graph(h.numpy(), 5, include_self=False)
         labels = SpectralClustering(k, affinity="precomputed", random_state=0).fit_predict(0.5 * (graph + graph.T))

@@ -89,7 +89,8 @@ def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, kernel_size: int) -> tor
 
 class SimSiamViews28:
     """CCFC's stage-1 views: RandomResizedCrop(H, scale, ratio) + RandomRotation(degrees), then Gaussian
-    blur (sigma ~ U[sigma], probability ``blur_p``). No normalisation.
+    blur (sigma ~ U[sigma], probability ``blur_p``). No normalisation. ``flip_p`` > 0 mirrors a view left to
+    right with that probability (off by default: CCFC's views do not mirror).
 
     Crop and rotation are one bilinear resample with zero fill (torchvision's RandomRotation resamples
     with nearest by default). The blur is the reference code's PIL GaussianBlur(radius = sigma): a
@@ -100,8 +101,9 @@ class SimSiamViews28:
 
     def __init__(self, scale=(0.5, 1.0), ratio=(3 / 4, 4 / 3), degrees: float = 10.0,
                  sigma=(0.1, 2.0), blur_p: float = 0.5, kernel_size: int | None = None,
-                 jitter: float = 0.0, jitter_p: float = 0.8):
+                 jitter: float = 0.0, jitter_p: float = 0.8, flip_p: float = 0.0):
         self.scale, self.ratio, self.degrees = tuple(scale), tuple(ratio), float(degrees)
+        self.flip_p = float(flip_p)
         self.sigma, self.blur_p = tuple(sigma), float(blur_p)
         self.jitter, self.jitter_p = float(jitter), float(jitter_p)
         self.kernel_size = int(kernel_size) if kernel_size else 2 * math.ceil(3 * max(self.sigma)) + 1
@@ -111,7 +113,10 @@ class SimSiamViews28:
         dev = x.device
         box = _crop_boxes(b, h, w, self.scale, self.ratio, generator, dev)
         angle = _uniform(-self.degrees, self.degrees, b, generator, dev)
-        y = _affine(x, *box, angle, torch.zeros(b, dtype=torch.bool, device=dev))
+        # no draw when off, so the views of every existing config stay bit-identical
+        flip = _rand(b, generator, dev) < self.flip_p if self.flip_p > 0 else torch.zeros(b, dtype=torch.bool,
+                                                                                           device=dev)
+        y = _affine(x, *box, angle, flip)
         sigma = _uniform(self.sigma[0], self.sigma[1], b, generator, dev)
         blur = _rand(b, generator, dev) < self.blur_p
         # blur every sample and select: no data-dependent branch, so no host-device sync

@@ -76,6 +76,8 @@ class FedSpectral(FederatedMethod):
         crop_scale: Area range of the random resized crop.
         jitter: Brightness/contrast jitter of the simsiam28 views (factors U[1 - jitter, 1 + jitter], p 0.8).
         blur_sigma: Blur range of the simsiam28 views in pixels.
+        rotation: Largest rotation of the simsiam28 views, in degrees (CCFC's 10).
+        flip: Probability that a simsiam28 view is mirrored left to right (0: CCFC's views, which never mirror).
         resize: Resize inputs to this side before the backbone (None keeps the data's size).
         summary_size: Samples a summary stands for, about (a client with n samples groups them in ceil(n / size)).
         min_summary_size: No summary is the mean of fewer samples (smaller groups join their nearest neighbour).
@@ -86,6 +88,8 @@ class FedSpectral(FederatedMethod):
         cluster_space: Where summaries are made and samples clustered: "backbone" (the trunk's features),
             "projection" (z), or "input+backbone" (the unit-normalised input beside the unit-normalised trunk
             features: the learned features add to the input's own geometry instead of replacing it).
+        backbone_weight: In "input+backbone", the trunk's unit features are scaled by this before the two blocks
+            are joined and normalised again (1: equal halves of every cosine; larger leans on what was learned).
         vote_neighbors: When the server's labels come back, each client relabels every sample by the majority label
             among it and its ``vote_neighbors`` nearest samples of its own (0: off), found in the features its
             summaries were made from. A summary gives all its members one label, so the minority of a mixed
@@ -100,12 +104,13 @@ class FedSpectral(FederatedMethod):
                  rounds: int = 130, local_epochs: int = 1, batch_size: int = 128, lr: float = 1e-3,
                  temperature: float = 0.5, decorrelation_weight: float = 1.0,
                  augment: Literal["simsiam28", "color"] = "simsiam28", crop_scale: tuple[float, float] = (0.5, 1.0),
-                 jitter: float = 0.4, blur_sigma: tuple[float, float] = (0.1, 2.0), resize: int | None = None,
+                 jitter: float = 0.4, blur_sigma: tuple[float, float] = (0.1, 2.0), rotation: float = 10.0,
+                 flip: float = 0.0, resize: int | None = None,
                  summary_size: int = 20, min_summary_size: int = 5,
                  summaries: Literal["kmeans", "balanced"] = "kmeans", neighbors: int = 10,
                  kernel: Literal["cosine", "self_tuning"] = "cosine",
                  cluster_space: Literal["backbone", "projection", "input+backbone"] = "backbone",
-                 vote_neighbors: int = 0):
+                 backbone_weight: float = 1.0, vote_neighbors: int = 0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("summary_size", summary_size, 1), ("min_summary_size", min_summary_size, 1),
@@ -114,6 +119,12 @@ class FedSpectral(FederatedMethod):
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
         if not temperature > 0:
             raise ConfigError("method.temperature", temperature, "a positive number")
+        if not 0 <= flip <= 1:
+            raise ConfigError("method.flip", flip, "a probability in [0, 1]")
+        if not 0 <= rotation <= 180:
+            raise ConfigError("method.rotation", rotation, "an angle in degrees in [0, 180]")
+        if not backbone_weight > 0:
+            raise ConfigError("method.backbone_weight", backbone_weight, "a positive number")
         if not decorrelation_weight >= 0:
             raise ConfigError("method.decorrelation_weight", decorrelation_weight, "a non-negative number")
         self.summaries: Tensor | None = None  # server: every client's summaries (S, d), unit norm
@@ -130,7 +141,8 @@ class FedSpectral(FederatedMethod):
         if not info.is_image:
             self.views = None  # vectors: views are the samples themselves plus Gaussian noise (see _views)
         elif hp.augment == "simsiam28":
-            self.views = SimSiamViews28(scale=tuple(hp.crop_scale), sigma=tuple(hp.blur_sigma), jitter=hp.jitter)
+            self.views = SimSiamViews28(scale=tuple(hp.crop_scale), sigma=tuple(hp.blur_sigma), jitter=hp.jitter,
+                                        degrees=hp.rotation, flip_p=hp.flip)
         else:
             self.views = ColorViews(scale=tuple(hp.crop_scale))
 
@@ -213,8 +225,9 @@ class FedSpectral(FederatedMethod):
         space = self.hparams.cluster_space
         if space == "projection":
             return F.normalize(self.projector(h), dim=1)
-        if space == "input+backbone":  # two unit blocks, so each weighs half in every cosine
-            return F.normalize(torch.cat([F.normalize(x.flatten(1), dim=1), F.normalize(h, dim=1)], 1), dim=1)
+        if space == "input+backbone":  # two unit blocks (the trunk's scaled by backbone_weight), joined
+            trunk = self.hparams.backbone_weight * F.normalize(h, dim=1)
+            return F.normalize(torch.cat([F.normalize(x.flatten(1), dim=1), trunk], 1), dim=1)
         return F.normalize(h, dim=1)
 
     def assign(self, x: Tensor) -> Tensor:

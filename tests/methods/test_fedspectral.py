@@ -109,7 +109,8 @@ def test_the_clients_vote_relabels_each_sample_by_its_own_nearest_samples():
 
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(min_summary_size=0), dict(neighbors=0),
                                  dict(temperature=0.0), dict(decorrelation_weight=-1.0),
-                                 dict(vote_neighbors=-1)])
+                                 dict(vote_neighbors=-1), dict(backbone_weight=0.0), dict(flip=1.5),
+                                 dict(rotation=-5.0)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
@@ -122,3 +123,18 @@ def test_vector_data_train_without_image_views(run_fit):
                       options={"num_clusters": 3, "points_per_cluster": 60, "dim": 8})
     metrics = run_fit(tiny(num_clusters=3), data)
     assert 0 <= metrics["nmi"] <= 1
+
+
+def test_backbone_weight_leans_the_clustering_space_on_the_trunk():
+    """input+backbone joins the unit input and the unit trunk features scaled by backbone_weight: the trunk's share
+    of the squared norm is w^2 / (1 + w^2), and the joined vector is unit."""
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    x = next(iter(data.iter_all()))
+    for w in (1.0, 2.0):
+        method = tiny(cluster_space="input+backbone", backbone_weight=w)
+        method.build(data.info)
+        with torch.no_grad():
+            e = method.embed(x)
+        d_in = x.flatten(1).shape[1]
+        torch.testing.assert_close(e.norm(dim=1), torch.ones(len(x)))
+        torch.testing.assert_close(e[:, d_in:].pow(2).sum(1), torch.full((len(x),), w * w / (1 + w * w)))
