@@ -9,7 +9,7 @@ federated method can do. Labels are read only to score: run it on a TRAINING-spl
 never on the split you report; it refuses a test-split run.
 
 Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
-           [--seeds 3] [--backbone-weights 1 1.4 2] [--ceiling]
+           [--seeds 3] [--backbone-weights 1 1.4 2] [--label-by summary own-nearest all-nearest] [--ceiling]
 The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
 images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from sklearn.cluster import SpectralClustering
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.neighbors import kneighbors_graph
@@ -48,16 +49,28 @@ def load(run: Path, backbone_weight: float | None = None):
     return saved.data, h, saved.method
 
 
+LABEL_BY = ("summary", "own-nearest", "all-nearest")
+
+
 def recluster(data, h: torch.Tensor, k: int, size: int, neighbors: int, seed: int,
-              min_size: int = 5, kernel: str = "self_tuning") -> torch.Tensor:
-    """FedSpectral's clients' summaries -> the server's spectral clustering -> each sample its summary's label."""
+              min_size: int = 5, kernel: str = "self_tuning", label_by: str = "summary") -> torch.Tensor:
+    """FedSpectral's clients' summaries -> the server's spectral clustering -> each sample's label: its summary's
+    (``summary``, what FedSpectral does), the majority of its 3 nearest summaries of its own client
+    (``own-nearest``), or of its 3 nearest summaries of every client (``all-nearest``: the server would have to
+    send every client's summaries to every client -- an alternative measured, not a FedSpectral option)."""
     made = [local_summaries(h[idx], size, min(min_size, size), seed * 100 + cid, "kmeans")
             for cid, idx in enumerate(data.parts)]
     points, sizes = torch.cat([m[0] for m in made]), torch.cat([m[2] for m in made])
     server = spectral_clustering(points, k, neighbors=neighbors, weights=sizes, seed=seed, kernel=kernel)
     out, offset = torch.empty(len(h), dtype=torch.long), 0
     for (summaries, member, _), idx in zip(made, data.parts):
-        out[idx] = server[offset:offset + len(summaries)][member]
+        mine = server[offset:offset + len(summaries)]
+        if label_by == "summary":
+            out[idx] = mine[member]
+        else:
+            pool, labels = (summaries, mine) if label_by == "own-nearest" else (points, server)
+            nearest = (h[idx] @ F.normalize(pool, dim=1).T).topk(min(3, len(pool)), dim=1).indices
+            out[idx] = F.one_hot(labels[nearest], k).sum(1).argmax(1)
         offset += len(summaries)
     return out
 
@@ -79,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--backbone-weights", type=float, nargs="+", default=[None],
                     help="input+backbone runs: the trunk block's weights to try (default: the run's own)")
+    ap.add_argument("--label-by", nargs="+", default=["summary"], choices=LABEL_BY,
+                    help="how a sample takes the server's labels (summary: FedSpectral's own)")
     ap.add_argument("--ceiling", action="store_true", help="also spectral clustering of every sample (slow)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -89,13 +104,14 @@ def main(argv: list[str] | None = None) -> None:
               f"{method.hparams.cluster_space}, backbone_weight {method.hparams.get('backbone_weight', 1.0)}")
         for size in args.sizes:
             for nb in args.neighbors:
-                rows = {v: [] for v in args.votes}
+                rows = {(by, v): [] for by in args.label_by for v in args.votes}
                 for seed in range(args.seeds):
-                    labels = recluster(data, h, k, size, nb, seed)
-                    for v in args.votes:
-                        rows[v].append(normalized_mutual_info_score(y, client_vote(data, h, labels, v, k)))
-                for v, scores in rows.items():
-                    print(f"summary_size {size:3d}  neighbors {nb:2d}  vote_neighbors {v:2d}  NMI "
+                    for by in args.label_by:
+                        labels = recluster(data, h, k, size, nb, seed, label_by=by)
+                        for v in args.votes:
+                            rows[by, v].append(normalized_mutual_info_score(y, client_vote(data, h, labels, v, k)))
+                for (by, v), scores in rows.items():
+                    print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  vote_neighbors {v:2d}  NMI "
                           + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
     if args.ceiling:
         graph = kneighbors_graph(h.numpy(), 5, include_self=False)

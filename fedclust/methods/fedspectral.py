@@ -10,6 +10,8 @@ whole_schedule_findings.md, ccfc_stage1_fmnist_test.md):
 - GroupNorm instead of BatchNorm in the trunk (Hsieh et al., ICML 2020): with one class per client, BatchNorm
   trains on one-class batch statistics and is scored with averaged ones; GroupNorm normalises each sample alone.
 - Views with brightness/contrast jitter: without it SimSiam's z on Fashion-MNIST encodes image brightness.
+  Mirrored views without rotation (`flip`, `rotation`) or a wider crop measured no better on Fashion-MNIST's
+  training split (benchmarks/results/fedspectral_recluster.md), so the shipped views stay CCFC's.
 - Summaries, not centroids of k: every client groups its own representations into about n / `summary_size`
   small groups (spherical k-means; no group of fewer than `min_summary_size` samples, so no summary is a
   sample) and sends their means and sizes. Many small summaries keep the shape of the data that k means of a
