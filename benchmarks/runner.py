@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from fedclust.errors import ConfigError
-from fedclust.sweep import check, fingerprint, run_points, start_record
+from fedclust.sweep import check, made_with, run_points, start_record
 
 from .common import git_commit, machine, now
 from .experiment import Experiment, Run
@@ -27,7 +27,7 @@ def state(root: Path, run: Run) -> str:
     folder = root / run.point.name
     if not folder.is_dir():
         return "pending"
-    if start_record(root, run.point).get("fingerprint") != fingerprint(run.point):
+    if not made_with(start_record(root, run.point), run.point):
         return "stale"
     if (folder / "final.json").is_file():
         return "done"

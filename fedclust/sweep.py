@@ -10,8 +10,9 @@ skipped; one with a checkpoint is resumed; one that died before its first checkp
 sweep. SWEEP_DIR/sweep.json records every point's overrides, status, metrics and log file.
 
 A point is "done" (or resumable) only for the settings it ran with: SWEEP_DIR/.points/<name>.json keeps a
-fingerprint of its base config file and overrides, and a point whose config or overrides changed since
-(`--grid federation.rounds=4` after 2) is moved aside to <name>.stale-N and run again; nothing is deleted.
+fingerprint of its base config's content and overrides, and a point whose config or overrides changed since
+(`--grid federation.rounds=4` after 2) is moved aside to <name>.stale-N and run again; nothing is deleted. A
+comment or layout edit of the config changes nothing a run computes and leaves its points done.
 
 Written here rather than with a sweep library: the queue is twenty lines on concurrent.futures, and the
 points must stay plain `fedclust fit` runs that `fedclust compare` and `--resume` understand.
@@ -229,9 +230,26 @@ def _run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, c
 
 
 def fingerprint(point: Point) -> str:
-    """What a point computes: its base config file's bytes and its overrides."""
+    """What a point computes: its base config's content and its overrides. The YAML is parsed first, so editing a
+    comment or the layout leaves finished points done (hashing the bytes once made 30 finished runs stale over a
+    comment); a file that does not parse is hashed as text (fit reports it)."""
+    text = Path(point.config).read_text()
+    try:
+        content = yaml.safe_load(text)
+    except yaml.YAMLError:
+        content = text
+    return hashlib.sha256(json.dumps([content, point.overrides], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _bytes_fingerprint(point: Point) -> str:
+    """The fingerprint records written before 2026-11-26 hold: the config file's bytes and the overrides."""
     text = Path(point.config).read_bytes() + json.dumps(point.overrides, sort_keys=True, default=str).encode()
     return hashlib.sha256(text).hexdigest()
+
+
+def made_with(record: dict, point: Point) -> bool:
+    """Whether a start record (start_record) was written for this point's present settings, in either format."""
+    return record.get("fingerprint") in (fingerprint(point), _bytes_fingerprint(point))
 
 
 def start_record(root: Path, point: Point) -> dict:
@@ -251,10 +269,7 @@ def _fingerprint_file(root: Path, point: Point) -> Path:
 def _set_aside_if_stale(root: Path, point: Point) -> None:
     """A point folder made with other settings is not this point's run: move it aside, keep it whole."""
     folder, saved = root / point.name, _fingerprint_file(root, point)
-    if not folder.exists():
-        return
-    recorded = json.loads(saved.read_text()).get("fingerprint") if saved.exists() else None
-    if recorded == fingerprint(point):
+    if not folder.exists() or made_with(start_record(root, point), point):
         return
     n = 1
     while folder.with_name(f"{folder.name}.stale-{n}").exists():

@@ -70,3 +70,46 @@ def test_a_point_run_with_other_settings_is_not_done(tmp_path):
     again = sweep(KFED, [*DIGITS, "seed=1", "method.init_args.niter=5"], str(root), slots=1, dry_run=True)
     assert again[0]["status"] == "pending"  # the old run is not this point's
     assert (root / "base.stale-1" / "final.json").read_bytes() == before  # kept whole, moved aside
+
+
+def _fake_done_point(root, point, record):
+    (root / point.name).mkdir(parents=True)
+    (root / point.name / "final.json").write_text("{}")
+    (root / ".points").mkdir(exist_ok=True)
+    (root / ".points" / f"{point.name}.json").write_text(record)
+
+
+def test_a_comment_edit_of_the_config_leaves_a_finished_point_done(tmp_path):
+    """The fingerprint covers what the config says, not its bytes: a comment or layout edit changes nothing a run
+    computes, so its finished points stay; a changed value still sets them aside."""
+    from fedclust.sweep import _set_aside_if_stale, fingerprint
+
+    config = tmp_path / "c.yaml"
+    config.write_text("# first words\nseed: 1\ndata: {name: digits}\n")
+    point = expand(str(config), {"data.p": [0]})[0]
+    root = tmp_path / "sweep"
+    _fake_done_point(root, point, json.dumps({"fingerprint": fingerprint(point)}))
+    config.write_text("# other words\nseed: 1\ndata:\n  name: digits\n")
+    _set_aside_if_stale(root, point)
+    assert (root / point.name / "final.json").exists()
+    config.write_text("seed: 2\ndata: {name: digits}\n")
+    _set_aside_if_stale(root, point)
+    assert not (root / point.name).exists() and (root / f"{point.name}.stale-1" / "final.json").exists()
+
+
+def test_records_of_the_former_byte_fingerprint_still_count_and_a_damaged_record_sets_aside(tmp_path):
+    import hashlib
+
+    from fedclust.sweep import _set_aside_if_stale
+
+    config = tmp_path / "c.yaml"
+    config.write_text("seed: 1\n")
+    point = expand(str(config), {"data.p": [0]})[0]
+    former = hashlib.sha256(config.read_bytes() + json.dumps(point.overrides, sort_keys=True).encode()).hexdigest()
+    root = tmp_path / "sweep"
+    _fake_done_point(root, point, json.dumps({"fingerprint": former}))
+    _set_aside_if_stale(root, point)
+    assert (root / point.name / "final.json").exists()
+    (root / ".points" / f"{point.name}.json").write_text("{not json")
+    _set_aside_if_stale(root, point)  # untrusted file: no traceback, the folder is kept aside, not reused
+    assert (root / f"{point.name}.stale-1" / "final.json").exists()
