@@ -162,8 +162,9 @@ class FedSpectral(FederatedMethod):
         # CCFC's local centroids are, the summaries of one client sit closer to each other than to anyone
         # else's, and the spectral graph groups clients instead of classes: NMI 0.13 against 0.66 on digits.)
         self.eval()
-        with torch.no_grad():
-            h = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
+        with torch.no_grad():  # in training-size batches: a client's whole share at once (eval_batch_size 1,024)
+            # raised the process's peak by 30-60 MB (benchmarks/results/cost_fmnist_memory.md), same summaries
+            h = torch.cat([self.embed(x) for x in ctx.data.iter_all(self.hparams.batch_size)])
         self.train()
         hp = self.hparams
         self._summaries, member, self._summary_sizes = local_summaries(
