@@ -38,10 +38,8 @@ def knn_affinity(points: Tensor, neighbors: int, kernel: str = "cosine") -> Tens
     del z
     n = len(similarity)
     m = max(1, min(neighbors, n - 1))
-    diagonal = similarity.diagonal().clone()
-    similarity.fill_diagonal_(-float("inf"))  # no point is its own neighbour (and the diagonal is never chosen)
+    similarity.fill_diagonal_(-float("inf"))  # no point is its own neighbour; the diagonal is masked out below
     nearest = similarity.topk(m, dim=1)
-    similarity.diagonal().copy_(diagonal)
     chosen = torch.zeros(n, n, dtype=torch.bool, device=similarity.device)
     chosen.scatter_(1, nearest.indices, True)
     chosen |= chosen.T.clone()

@@ -109,8 +109,10 @@ class ClientData:
                 yield {"x": prepare(xb.to(self.device, non_blocking=True), self.source.normalize), "index": idx}
 
     def iter_all(self, batch_size: int | None = None) -> Iterator[Tensor]:
-        """The client's samples once, in index order (local embeddings, local k-means)."""
-        yield from self.source.iter_indices(self.indices, batch_size)
+        """The client's samples once, in index order (local embeddings, local k-means), in batches of its training
+        batch size unless told otherwise: a client is sized for its training batches, and embedding its whole share
+        in one eval batch of 1,024 raised FedSpectral's peak by 30-60 MB (benchmarks/results/memory_peaks.md)."""
+        yield from self.source.iter_indices(self.indices, batch_size or self.batch_size)
 
     def all_x(self) -> Tensor:
         """All the client's samples as one float tensor (for methods without a network)."""

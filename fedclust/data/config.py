@@ -59,7 +59,8 @@ class DataConfig:
         placement: "auto" keeps the samples on the compute device when they fit, "device" forces it,
             "host" keeps them in host memory and feeds batches through a DataLoader.
         num_workers: DataLoader workers for the host placement.
-        eval_batch_size: Batch size for embedding and assigning all samples.
+        eval_batch_size: Batch size for embedding and assigning all samples in evaluation (a client embeds its own
+            samples in its training batch).
         options: Data-set specific options (image_size for imagenet10; num_clusters, points_per_cluster (one
             number, or a list of one per cluster), dim for the synthetic sets; image_size, channels for folder;
             path, label_column, client_column, feature_columns for features; and path, split, image_column, ...

@@ -162,9 +162,8 @@ class FedSpectral(FederatedMethod):
         # CCFC's local centroids are, the summaries of one client sit closer to each other than to anyone
         # else's, and the spectral graph groups clients instead of classes: NMI 0.13 against 0.66 on digits.)
         self.eval()
-        with torch.no_grad():  # in training-size batches: a client's whole share at once (eval_batch_size 1,024)
-            # raised the process's peak by 30-60 MB (benchmarks/results/cost_fmnist_memory.md), same summaries
-            h = torch.cat([self.embed(x) for x in ctx.data.iter_all(self.hparams.batch_size)])
+        with torch.no_grad():
+            h = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
         self.train()
         hp = self.hparams
         self._summaries, member, self._summary_sizes = local_summaries(
@@ -183,7 +182,10 @@ class FedSpectral(FederatedMethod):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         x1, x2 = self._views(batch["x"])
-        z1, z2 = self.projector(self.trunk(x1)), self.projector(self.trunk(x2))
+        return self.representation_loss(self.projector(self.trunk(x1)), self.projector(self.trunk(x2)))
+
+    def representation_loss(self, z1: Tensor, z2: Tensor) -> Tensor:
+        """NT-Xent between the two views' projections plus the weighted decorrelation of both."""
         loss = nt_xent(z1, z2, self.hparams.temperature)
         if self.hparams.decorrelation_weight:
             loss = loss + self.hparams.decorrelation_weight * 0.5 * (decorrelation_loss(z1) + decorrelation_loss(z2))
