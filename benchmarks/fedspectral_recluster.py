@@ -9,7 +9,8 @@ federated method can do. Labels are read only to score: run it on a TRAINING-spl
 never on the split you report; it refuses a test-split run.
 
 Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
-           [--seeds 3] [--backbone-weights 1 1.4 2] [--label-by summary own-nearest all-nearest] [--ceiling]
+           [--seeds 3] [--backbone-weights 1 1.4 2] [--label-by summary own-nearest all-nearest]
+           [--ceiling [5 20]] [--purity]
 The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
 images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
 """
@@ -33,20 +34,35 @@ from fedclust.methods.fedspectral import FedSpectral
 from fedclust.run import load_run
 
 
-def load(run: Path, backbone_weight: float | None = None):
-    """The run's data and partition, and its model's embedding of every sample (fedclust.run.load_run: the
-    checkpoint read with the safe loader), with the run's own backbone_weight or ``backbone_weight``."""
+def load(run: Path):
+    """The run's data and partition and its trained method (fedclust.run.load_run: the checkpoint read with the safe
+    loader); refuses a test-split run and any other method's."""
     saved = load_run(run, torch.device("cpu"))
     if saved.data_cfg.split == "test":
         raise SystemExit(f"{run}: data.split is test; choose settings on another split (e.g. data.split: train).")
     if not isinstance(saved.method, FedSpectral):
         raise SystemExit(f"{run}: a {type(saved.method).__name__} run; this re-clusters FedSpectral runs.")
     saved.method.eval()
+    return saved.data, saved.method
+
+
+def embed(data, method: FedSpectral, backbone_weight: float | None = None) -> torch.Tensor:
+    """The model's embedding of every sample, with the run's own backbone_weight or ``backbone_weight``."""
     if backbone_weight is not None:
-        saved.method.hparams.backbone_weight = backbone_weight
+        method.hparams.backbone_weight = backbone_weight
     with torch.no_grad():
-        h = torch.cat([saved.method.embed(x) for x in saved.data.iter_all()])
-    return saved.data, h, saved.method
+        return torch.cat([method.embed(x) for x in data.iter_all()])
+
+
+def summary_purity(data, h: torch.Tensor, size: int, seed: int, min_size: int = 5) -> float:
+    """The share of samples whose summary's majority class is their own (labels read only to score)."""
+    agree = 0
+    for cid, idx in enumerate(data.parts):
+        _, member, _ = local_summaries(h[idx], size, min(min_size, size), seed * 100 + cid, "kmeans")
+        counts = torch.zeros(int(member.max()) + 1, int(data.labels.max()) + 1, dtype=torch.long)
+        counts.index_put_((member, data.labels[idx].long()), torch.ones_like(member), accumulate=True)
+        agree += int(counts.max(1).values.sum())
+    return agree / len(h)
 
 
 LABEL_BY = ("summary", "own-nearest", "all-nearest")
@@ -94,15 +110,22 @@ def main(argv: list[str] | None = None) -> None:
                     help="input+backbone runs: the trunk block's weights to try (default: the run's own)")
     ap.add_argument("--label-by", nargs="+", default=["summary"], choices=LABEL_BY,
                     help="how a sample takes the server's labels (summary: FedSpectral's own)")
-    ap.add_argument("--ceiling", action="store_true", help="also spectral clustering of every sample (slow)")
+    ap.add_argument("--ceiling", type=int, nargs="*", metavar="NEIGHBORS",
+                    help="also spectral clustering of every sample (slow), with these graph neighbours (bare: 5)")
+    ap.add_argument("--purity", action="store_true",
+                    help="also the share of samples in a summary of their own majority class")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    data, method = load(args.run)
+    y, k = data.labels.numpy(), method.num_clusters
     for weight in args.backbone_weights:
-        data, h, method = load(args.run, weight)
-        y, k = data.labels.numpy(), method.num_clusters
+        h = embed(data, method, weight)
         print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space "
               f"{method.hparams.cluster_space}, backbone_weight {method.hparams.get('backbone_weight', 1.0)}")
         for size in args.sizes:
+            if args.purity:
+                scores = [summary_purity(data, h, size, seed) for seed in range(args.seeds)]
+                print(f"summary_size {size:3d}  summary purity " + " / ".join(f"{s:.3f}" for s in scores), flush=True)
             for nb in args.neighbors:
                 rows = {(by, v): [] for by in args.label_by for v in args.votes}
                 for seed in range(args.seeds):
@@ -113,12 +136,11 @@ def main(argv: list[str] | None = None) -> None:
                 for (by, v), scores in rows.items():
                     print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  vote_neighbors {v:2d}  NMI "
                           + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
-    if args.ceiling:
-        graph = kneighbors_graph(h.numpy(), 5, include_self=False)
-        labels = SpectralClustering(k, affinity="precomputed", random_state=0).fit_predict(0.5 * (graph + graph.T))
-        print(f"ceiling: spectral clustering of every sample, 5 neighbours: NMI "
-              f"{normalized_mutual_info_score(y, labels):.4f}")
-
+        for nb in [5] if args.ceiling == [] else args.ceiling or []:  # bare --ceiling: 5 neighbours
+            graph = kneighbors_graph(h.numpy(), nb, include_self=False)
+            labels = SpectralClustering(k, affinity="precomputed", random_state=0).fit_predict(0.5 * (graph + graph.T))
+            print(f"ceiling: spectral clustering of every sample, {nb} neighbours: NMI "
+                  f"{normalized_mutual_info_score(y, labels):.4f}", flush=True)
 
 if __name__ == "__main__":
     main()

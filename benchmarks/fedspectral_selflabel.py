@@ -6,7 +6,8 @@ recluster script's loader refuses a test-split run): the pipeline's labels (summ
 the clients' vote of 5) become fixed targets; every round each client trains the trunk and a new linear head for
 one epoch on two augmented views of its own samples (cross-entropy to its samples' targets, plus FedSpectral's
 NT-Xent and decorrelation terms so the representation keeps its spread), and the server averages the weights by
-sample count (FedAvg). Each round prints the NMI of the head's argmax and of the pipeline re-run on the new trunk.
+sample count (the engine's FedAvg sum, fedclust.federation.aggregate.WeightedSum). Each round prints the NMI of
+the head's argmax and of the pipeline re-run on the new trunk.
 
 Usage: python -m benchmarks.fedspectral_selflabel RUN_FOLDER [--rounds 15] [--lr 0.001]
 Result (2026-11-26, benchmarks/results/fedspectral_recluster.md): the head converges to its targets' NMI and no
@@ -24,9 +25,8 @@ import torch.nn.functional as F
 from sklearn.metrics import normalized_mutual_info_score
 from torch import nn
 
-from benchmarks.fedspectral_recluster import client_vote, load, recluster
-from fedclust.losses.contrastive import nt_xent
-from fedclust.losses.decorrelation import decorrelation_loss
+from benchmarks.fedspectral_recluster import client_vote, embed, load, recluster
+from fedclust.federation.aggregate import WeightedSum
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    data, h, method = load(args.run)
+    data, method = load(args.run)
+    h = embed(data, method)
     y, k = data.labels.numpy(), method.num_clusters
     x_all = torch.cat(list(data.iter_all()))
     targets = torch.as_tensor(client_vote(data, h, recluster(data, h, k, 10, 5, 0), 5, k))
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
 
     report("start")
     for r in range(args.rounds):
-        start, total, summed = copy.deepcopy(model.state_dict()), 0, None
+        start, fedavg = copy.deepcopy(model.state_dict()), WeightedSum()
         for idx in data.parts:
             model.load_state_dict(start)
             opt = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -66,19 +67,14 @@ def main(argv: list[str] | None = None) -> None:
             for batch in order.split(128):
                 x = x_all[batch]
                 t1, t2 = model["trunk"](method.views(x, views)), model["trunk"](method.views(x, views))
-                z1, z2 = model["projector"](t1), model["projector"](t2)
                 loss = (0.5 * (F.cross_entropy(model["head"](t1), targets[batch])
                                + F.cross_entropy(model["head"](t2), targets[batch]))
-                        + nt_xent(z1, z2, method.hparams.temperature)
-                        + 0.5 * method.hparams.decorrelation_weight * (decorrelation_loss(z1) + decorrelation_loss(z2)))
+                        + method.representation_loss(model["projector"](t1), model["projector"](t2)))
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-            w, state = len(idx), model.state_dict()
-            total += w
-            summed = ({n: t.float() * w for n, t in state.items()} if summed is None
-                      else {n: summed[n] + state[n].float() * w for n in state})
-        model.load_state_dict({n: (summed[n] / total).to(start[n].dtype) for n in summed})
+            fedavg.add(model.state_dict(), float(len(idx)))
+        model.load_state_dict(fedavg.average())
         report(f"round {r + 1}")
 
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import platform
 import time
-from datetime import datetime, timezone
 
 import torch
 
 from fedclust.nn.gan import GAN
+
+from .common import machine
 
 
 def make(compiled: bool, channels_last: bool, seed: int = 0):
@@ -59,30 +59,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    x = torch.rand(args.batch, 1, 28, 28)
-    big = torch.rand(10 * args.batch, 1, 28, 28)
-    settings = {"fp32": (*make(False, False), False), "bf16 + channels-last": (*make(False, True), True)}
+    inputs = {1: torch.rand(args.batch, 1, 28, 28), 10: torch.rand(10 * args.batch, 1, 28, 28)}
+    # name -> (gan, opt_d, opt_g, bf16, batch multiple); a 10x batch is timed per args.batch images
+    settings = {"fp32": (*make(False, False), False, 1), "bf16 + channels-last": (*make(False, True), True, 1)}
     if not args.no_compile:
-        settings["fp32 + compile"] = (*make(True, False), False)
-        settings["bf16 + channels-last + compile"] = (*make(True, True), True)
-    settings[f"fp32, batch {10 * args.batch}, per {args.batch}"] = (*make(False, False), False)
-    settings[f"bf16 + channels-last, batch {10 * args.batch}, per {args.batch}"] = (*make(False, True), True)
+        settings["fp32 + compile"] = (*make(True, False), False, 1)
+        settings["bf16 + channels-last + compile"] = (*make(True, True), True, 1)
+    settings[f"fp32, batch {10 * args.batch}, per {args.batch}"] = (*make(False, False), False, 10)
+    settings[f"bf16 + channels-last, batch {10 * args.batch}, per {args.batch}"] = (*make(False, True), True, 10)
     warm = {}
-    for name, setting in settings.items():  # warm-up (and compilation) outside the timed blocks
-        inputs = big if "batch" in name else x
+    for name, (*setting, times) in settings.items():  # warm-up (and compilation) outside the timed blocks
         start = time.perf_counter()
-        timed_block(setting, inputs, 3)
+        timed_block(setting, inputs[times], 3)
         warm[name] = time.perf_counter() - start
     best = {name: float("inf") for name in settings}
     for _ in range(args.blocks):
-        for name, setting in settings.items():
-            inputs = big if "batch" in name else x
-            per = timed_block(setting, inputs, args.steps) / (10 if "batch" in name else 1)
-            best[name] = min(best[name], per)
+        for name, (*setting, times) in settings.items():
+            best[name] = min(best[name], timed_block(setting, inputs[times], args.steps) / times)
     base = best["fp32"]
-    print(f"{platform.node()} | {platform.machine()} | torch {torch.__version__} | 1 thread | "
-          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC | batch {args.batch}, {args.blocks} blocks of "
-          f"{args.steps} steps, fastest block")
+    print(f"{machine()} | 1 thread | batch {args.batch}, {args.blocks} blocks of {args.steps} steps, fastest block")
     print("| setting | ms a step (per 64 images) | speed-up vs fp32 | first 3 steps (s, compile included) |")
     print("|---|---|---|---|")
     for name, t in best.items():
