@@ -7,7 +7,9 @@ other's figures), and prints each run's `peak_memory_mb` (the process's maximum 
 training, metrics.csv). "glibc returns memory" sets MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ to 128 KiB, so
 large blocks are mapped and unmapped and the resident set follows live memory rather than what the heap kept. It
 then measures, in fresh processes, how much the server's spectral clustering of 1,000 summaries raises the maximum
-resident set alone and after a freed 300 MB peak (as in a run, where training peaks first).
+resident set alone and after a freed 300 MB peak (as in a run, where training peaks first), and counts each model's
+parameters: every client keeps its Adam state (two numbers a parameter) between rounds, so a larger model costs
+memory per client.
 
 Usage: python -m benchmarks.memory_peaks [--out DIR]     Results: benchmarks/results/memory_peaks.md
 """
@@ -31,6 +33,9 @@ RUNS = {
     "CCFC (2 SimSiam + 2 cluster rounds)": ["ccfc_fmnist", "--method.init_args.pretrain_rounds", "2",
                                             "--method.init_args.cluster_rounds", "2"],
     "FedSpectral (3 rounds)": ["fedspectral_fmnist", "--method.init_args.rounds", "3"],
+    # the projector's first layer (2,304 x 512) is what makes FedSpectral's model larger than CCFC's: half as wide
+    "FedSpectral (3 rounds), projector_hidden 256": ["fedspectral_fmnist", "--method.init_args.rounds", "3",
+                                                     "--method.init_args.projector_hidden", "256"],
 }
 RETURN_MEMORY = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
@@ -55,6 +60,27 @@ def peaks(args: list[str], env: dict[str, str], folder: Path) -> list[float]:
         return [float(r["peak_memory_mb"]) for r in csv.DictReader(f)]
 
 
+def parameter_counts() -> dict[str, int]:
+    """Parameters of each run's model: the packaged config's method, built for 28 x 28 grey images."""
+    import yaml
+
+    import fedclust.methods
+    from fedclust.config_files import resolve_config
+    from fedclust.data.info import DataInfo
+    info = DataInfo(num_classes=10, in_channels=1, input_size=28, num_features=784, is_image=True,
+                    min_client_size=1000)
+    counts = {}
+    for label, args in RUNS.items():
+        spec = yaml.safe_load(resolve_config(args[0]).read_text())["method"]
+        init = dict(spec["init_args"])
+        init.update({flag.removeprefix("--method.init_args."): yaml.safe_load(value)
+                     for flag, value in zip(args[1::2], args[2::2])})  # the run's own overrides
+        model = getattr(fedclust.methods, spec["class_path"].split(".")[-1])(**init)
+        model.build(info)
+        counts[label] = sum(p.numel() for p in model.parameters())
+    return counts
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="where the runs go (default: a temporary folder, removed)")
@@ -75,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
         done = subprocess.run([sys.executable, "-c", SPECTRAL, mode], capture_output=True, text=True, check=True)
         before, after = done.stdout.split()
         print(f"- {mode}: {before} -> {after}")
+    print("\nParameters (each client keeps two Adam numbers a parameter between rounds):")
+    for name, count in parameter_counts().items():
+        print(f"- {name}: {count:,}")
 
 
 if __name__ == "__main__":
