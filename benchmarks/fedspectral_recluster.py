@@ -28,6 +28,7 @@ from sklearn.metrics import normalized_mutual_info_score
 from sklearn.neighbors import kneighbors_graph
 
 from fedclust.clustering.knn_vote import knn_vote
+from fedclust.clustering.metrics import purity
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import local_summaries
 from fedclust.methods.fedspectral import FedSpectral
@@ -54,28 +55,28 @@ def embed(data, method: FedSpectral, backbone_weight: float | None = None) -> to
         return torch.cat([method.embed(x) for x in data.iter_all()])
 
 
-def summary_purity(data, h: torch.Tensor, size: int, seed: int, min_size: int = 5) -> float:
-    """The share of samples whose summary's majority class is their own (labels read only to score)."""
-    agree = 0
-    for cid, idx in enumerate(data.parts):
-        _, member, _ = local_summaries(h[idx], size, min(min_size, size), seed * 100 + cid, "kmeans")
-        counts = torch.zeros(int(member.max()) + 1, int(data.labels.max()) + 1, dtype=torch.long)
-        counts.index_put_((member, data.labels[idx].long()), torch.ones_like(member), accumulate=True)
-        agree += int(counts.max(1).values.sum())
-    return agree / len(h)
+def client_summaries(data, h: torch.Tensor, size: int, seed: int, min_size: int = 5) -> list:
+    """Every client's (summaries, member, sizes) as FedSpectral's clients make them (k-means groups of ``size``)."""
+    return [local_summaries(h[idx], size, min(min_size, size), seed * 100 + cid, "kmeans")
+            for cid, idx in enumerate(data.parts)]
+
+
+def summary_purity(data, made: list) -> float:
+    """The share of samples whose summary's majority class is their own (labels read only to score): each client's
+    summaries scored as clusters of its samples, weighted by its size."""
+    agree = sum(purity(member, data.labels[idx]) * len(idx) for (_, member, _), idx in zip(made, data.parts))
+    return agree / sum(len(idx) for idx in data.parts)
 
 
 LABEL_BY = ("summary", "own-nearest", "all-nearest")
 
 
-def recluster(data, h: torch.Tensor, k: int, size: int, neighbors: int, seed: int,
-              min_size: int = 5, kernel: str = "self_tuning", label_by: str = "summary") -> torch.Tensor:
-    """FedSpectral's clients' summaries -> the server's spectral clustering -> each sample's label: its summary's
-    (``summary``, what FedSpectral does), the majority of its 3 nearest summaries of its own client
+def recluster(data, h: torch.Tensor, k: int, made: list, neighbors: int, seed: int, kernel: str = "self_tuning",
+              label_by: str = "summary") -> torch.Tensor:
+    """The clients' summaries (``made``, client_summaries) -> the server's spectral clustering -> each sample's label:
+    its summary's (``summary``, what FedSpectral does), the majority of its 3 nearest summaries of its own client
     (``own-nearest``), or of its 3 nearest summaries of every client (``all-nearest``: the server would have to
     send every client's summaries to every client -- an alternative measured, not a FedSpectral option)."""
-    made = [local_summaries(h[idx], size, min(min_size, size), seed * 100 + cid, "kmeans")
-            for cid, idx in enumerate(data.parts)]
     points, sizes = torch.cat([m[0] for m in made]), torch.cat([m[2] for m in made])
     server = spectral_clustering(points, k, neighbors=neighbors, weights=sizes, seed=seed, kernel=kernel)
     out, offset = torch.empty(len(h), dtype=torch.long), 0
@@ -123,14 +124,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space "
               f"{method.hparams.cluster_space}, backbone_weight {method.hparams.get('backbone_weight', 1.0)}")
         for size in args.sizes:
+            made = [client_summaries(data, h, size, seed) for seed in range(args.seeds)]  # once for every setting
             if args.purity:
-                scores = [summary_purity(data, h, size, seed) for seed in range(args.seeds)]
+                scores = [summary_purity(data, m) for m in made]
                 print(f"summary_size {size:3d}  summary purity " + " / ".join(f"{s:.3f}" for s in scores), flush=True)
             for nb in args.neighbors:
                 rows = {(by, v): [] for by in args.label_by for v in args.votes}
                 for seed in range(args.seeds):
                     for by in args.label_by:
-                        labels = recluster(data, h, k, size, nb, seed, label_by=by)
+                        labels = recluster(data, h, k, made[seed], nb, seed, label_by=by)
                         for v in args.votes:
                             rows[by, v].append(normalized_mutual_info_score(y, client_vote(data, h, labels, v, k)))
                 for (by, v), scores in rows.items():

@@ -25,8 +25,13 @@ import torch.nn.functional as F
 from sklearn.metrics import normalized_mutual_info_score
 from torch import nn
 
-from benchmarks.fedspectral_recluster import client_vote, embed, load, recluster
+from benchmarks.fedspectral_recluster import client_summaries, client_vote, embed, load, recluster
 from fedclust.federation.aggregate import WeightedSum
+
+
+def pipeline_labels(data, h: torch.Tensor, k: int):
+    """FedSpectral's labels at the shipped settings (summaries of 10, 5 graph neighbours, a vote of 5), seed 0."""
+    return client_vote(data, h, recluster(data, h, k, client_summaries(data, h, 10, 0), 5, 0), 5, k)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     h = embed(data, method)
     y, k = data.labels.numpy(), method.num_clusters
     x_all = torch.cat(list(data.iter_all()))
-    targets = torch.as_tensor(client_vote(data, h, recluster(data, h, k, 10, 5, 0), 5, k))
+    targets = torch.as_tensor(pipeline_labels(data, h, k))
     print(f"{args.run}: targets (the pipeline's labels) NMI {normalized_mutual_info_score(y, targets.numpy()):.4f}")
     model = nn.ModuleDict({"trunk": method.trunk, "head": nn.Linear(method.trunk.out_dim, k),
                            "projector": method.projector})
@@ -52,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             logits = torch.cat([model["head"](model["trunk"](x)) for x in x_all.split(1000)])
             emb = torch.cat([method.embed(x) for x in x_all.split(1000)])
-        pipeline = client_vote(data, emb, recluster(data, emb, k, 10, 5, 0), 5, k)
+        pipeline = pipeline_labels(data, emb, k)
         print(f"{tag}: head NMI {normalized_mutual_info_score(y, logits.argmax(1).numpy()):.4f}  pipeline NMI "
               f"{normalized_mutual_info_score(y, pipeline):.4f}", flush=True)
         model.train()

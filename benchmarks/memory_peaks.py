@@ -27,15 +27,15 @@ from pathlib import Path
 
 from .common import machine
 
-COMMON = ["--data.split", "test", "--data.p", "0", "--seed", "0", "--federation.eval_every", "100",
-          "--federation.checkpoint_every", "100", "--progress", "false"]
-RUNS = {
-    "CCFC (2 SimSiam + 2 cluster rounds)": ["ccfc_fmnist", "--method.init_args.pretrain_rounds", "2",
-                                            "--method.init_args.cluster_rounds", "2"],
-    "FedSpectral (3 rounds)": ["fedspectral_fmnist", "--method.init_args.rounds", "3"],
+COMMON = {"data.split": "test", "data.p": 0, "seed": 0, "federation.eval_every": 100,
+          "federation.checkpoint_every": 100, "progress": "false"}
+RUNS = {  # label -> (packaged config, overrides)
+    "CCFC (2 SimSiam + 2 cluster rounds)": ("ccfc_fmnist", {"method.init_args.pretrain_rounds": 2,
+                                                            "method.init_args.cluster_rounds": 2}),
+    "FedSpectral (3 rounds)": ("fedspectral_fmnist", {"method.init_args.rounds": 3}),
     # the projector's first layer (2,304 x 512) is what makes FedSpectral's model larger than CCFC's: half as wide
-    "FedSpectral (3 rounds), projector_hidden 256": ["fedspectral_fmnist", "--method.init_args.rounds", "3",
-                                                     "--method.init_args.projector_hidden", "256"],
+    "FedSpectral (3 rounds), projector_hidden 256": ("fedspectral_fmnist", {"method.init_args.rounds": 3,
+                                                                            "method.init_args.projector_hidden": 256}),
 }
 RETURN_MEMORY = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
@@ -53,31 +53,26 @@ print(f"{before:.0f} {rss():.0f}")
 """
 
 
-def peaks(args: list[str], env: dict[str, str], folder: Path) -> list[float]:
-    cmd = [sys.executable, "-m", "fedclust", "fit", "--config", args[0], *args[1:], *COMMON, "--run_dir", str(folder)]
+def peaks(config: str, overrides: dict, env: dict[str, str], folder: Path) -> list[float]:
+    flags = [f"--{key}={value}" for key, value in {**overrides, **COMMON}.items()]
+    cmd = [sys.executable, "-m", "fedclust", "fit", "--config", config, *flags, "--run_dir", str(folder)]
     subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, check=True, capture_output=True)
     with open(folder / "metrics.csv") as f:
         return [float(r["peak_memory_mb"]) for r in csv.DictReader(f)]
 
 
 def parameter_counts() -> dict[str, int]:
-    """Parameters of each run's model: the packaged config's method, built for 28 x 28 grey images."""
-    import yaml
-
-    import fedclust.methods
-    from fedclust.config_files import resolve_config
+    """Parameters of each run's model (its config and overrides resolved as `fedclust fit` does), built for 28 x 28
+    grey images."""
+    from fedclust.api import resolve
     from fedclust.data.info import DataInfo
     info = DataInfo(num_classes=10, in_channels=1, input_size=28, num_features=784, is_image=True,
                     min_client_size=1000)
     counts = {}
-    for label, args in RUNS.items():
-        spec = yaml.safe_load(resolve_config(args[0]).read_text())["method"]
-        init = dict(spec["init_args"])
-        init.update({flag.removeprefix("--method.init_args."): yaml.safe_load(value)
-                     for flag, value in zip(args[1::2], args[2::2])})  # the run's own overrides
-        model = getattr(fedclust.methods, spec["class_path"].split(".")[-1])(**init)
-        model.build(info)
-        counts[label] = sum(p.numel() for p in model.parameters())
+    for label, (config, overrides) in RUNS.items():
+        method = resolve(config, overrides, {}).init["method"]
+        method.build(info)
+        counts[label] = sum(p.numel() for p in method.parameters())
     return counts
 
 
@@ -85,13 +80,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="where the runs go (default: a temporary folder, removed)")
     args = ap.parse_args(argv)
-    jobs = [(f"{name}{', glibc returns memory' if env else ''}", cmd, env)
-            for name, cmd in RUNS.items() for env in ({}, RETURN_MEMORY)]
+    jobs = [(f"{name}{', glibc returns memory' if env else ''}", run, env)
+            for name, run in RUNS.items() for env in ({}, RETURN_MEMORY)]
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(lambda i: peaks(jobs[i][1], jobs[i][2], out / str(i)), range(len(jobs))))
+            results = list(pool.map(lambda i: peaks(*jobs[i][1], jobs[i][2], out / str(i)), range(len(jobs))))
     print(f"{machine()} | Fashion-MNIST test split, 10 clients, p = 0, seed 0, one thread\n")
     print("| run | peak after each round (MB) |\n|---|---|")
     for (label, _, _), values in zip(jobs, results):

@@ -1,0 +1,36 @@
+"""The small probe scripts whose figures the results notes quote: round_spread and the recluster script's purity."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from benchmarks.fedspectral_recluster import summary_purity
+from benchmarks.round_spread import main as round_spread
+
+
+def _metrics(folder, nmi_by_round):
+    folder.mkdir()
+    rows = [f"{r},{'' if v is None else v}" for r, v in nmi_by_round.items()]
+    (folder / "metrics.csv").write_text("round,nmi\n" + "\n".join(rows) + "\n")
+    return folder
+
+
+def test_round_spread_gives_the_mean_over_a_range_one_round_and_a_curve_skipping_unevaluated_rounds(tmp_path, capsys):
+    run = _metrics(tmp_path / "run", {1: 0.1, 2: None, 3: 0.3, 4: 0.5, 5: 0.7})
+    round_spread([str(run), "--rounds", "3", "5"])
+    assert "mean 0.5000, std 0.2000" in capsys.readouterr().out
+    round_spread([str(run), "--rounds", "4", "4"])
+    assert capsys.readouterr().out.strip() == "run: NMI at round 4 0.5000"
+    round_spread([str(run), "--rounds", "1", "5", "--each", "2"])  # rounds 1, 3, 5 (round 2 has no NMI anyway)
+    assert capsys.readouterr().out.strip() == "run: NMI at round 1 0.1000, 3 0.3000, 5 0.7000"
+    with pytest.raises(SystemExit, match="no evaluated round"):
+        round_spread([str(run), "--rounds", "2", "2"])
+
+
+def test_summary_purity_counts_each_summarys_majority_class_weighted_by_client():
+    labels = torch.tensor([0, 0, 1, 1, 1, 2, 2, 2])
+    data = SimpleNamespace(labels=labels, parts=[torch.tensor([0, 1, 2, 3]), torch.tensor([4, 5, 6, 7])])
+    made = [(None, torch.tensor([0, 0, 1, 1]), None),  # two pure summaries: 4 of 4
+            (None, torch.tensor([0, 0, 0, 0]), None)]  # one summary of classes 1, 2, 2, 2: 3 of 4
+    assert summary_purity(data, made) == pytest.approx(7 / 8)
