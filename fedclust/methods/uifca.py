@@ -11,7 +11,9 @@ flows' weights only; the assignments never leave a client.
 Choices the paper leaves open (ours):
 - Rounds: one stage of T * tau rounds; cluster round t = round // tau (`federation.rounds` rescales T).
 - Models are not re-initialised between cluster rounds (Algorithm 3 line 3 says "initialize randomly", the
-  text says the clients train "the received model parameters"); `reinit_models: true` re-draws them.
+  text says the clients train "the received model parameters"); `reinit_models: true` re-draws them. Measured
+  on Table 1 (benchmarks/results/uifca_table1.md): re-drawn models need the paper's 10,000 steps a cluster round to
+  fit; at 200 they are still half-trained when the samples are re-assigned and no cell reaches 100 %.
 - Initialisation: one random model plus N(0, init_noise^2) noise per parameter and copy (the paper's
   synthetic set-up). The initial assignment S^0 (an input of Algorithm 2) is by likelihood under these
   initial models (`init: models`, our reading: the paper perturbs the copies so that no model "gets most
