@@ -1,4 +1,5 @@
-"""The small probe scripts whose figures the results notes quote: round_spread and the recluster script's purity."""
+"""The small probe scripts whose figures the results notes quote: round_spread, the recluster script's purity and the
+space-ceiling script's blocks."""
 
 from types import SimpleNamespace
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from benchmarks.fedspectral_recluster import summary_purity
+from benchmarks.fedspectral_space_ceiling import joined, pixel_block
 from benchmarks.round_spread import main as round_spread
 
 
@@ -34,3 +36,13 @@ def test_summary_purity_counts_each_summarys_majority_class_weighted_by_client()
     made = [(None, torch.tensor([0, 0, 1, 1]), None),  # two pure summaries: 4 of 4
             (None, torch.tensor([0, 0, 0, 0]), None)]  # one summary of classes 1, 2, 2, 2: 3 of 4
     assert summary_purity(data, made) == pytest.approx(7 / 8)
+
+
+def test_space_ceiling_pixel_blocks_remove_brightness_when_centred_and_join_as_equal_unit_halves():
+    images = torch.rand(3, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    brighter = images + 0.5  # the same images, every pixel 0.5 brighter
+    assert torch.allclose(pixel_block(images, "centred"), pixel_block(brighter, "centred"), atol=1e-6)
+    assert not torch.allclose(pixel_block(images, "raw"), pixel_block(brighter, "raw"), atol=1e-3)
+    both = joined(pixel_block(images, "raw"), 5 * torch.ones(3, 2))  # the second block is rescaled to unit norm too
+    assert torch.allclose(both.norm(dim=1), torch.ones(3))
+    assert torch.allclose(both[:, :16].norm(dim=1), both[:, 16:].norm(dim=1))

@@ -1,0 +1,89 @@
+"""How good could FedSpectral's clustering space be made without retraining? Central spectral clustering of every
+sample (the recluster script's ceiling: no federated method does better in the same space) under other input blocks
+and with the trunk's features averaged over test-time views (issue 22).
+
+FedSpectral clusters in [unit pixels, unit trunk features]. Two cheap ways to change that space, tried here on one
+trained model before any federated run is spent on them:
+- the pixel block: raw (shipped), each image centred (its brightness removed: the project's probes found brightness
+  dominating contrastive features), centred and scaled to unit standard deviation, or square-rooted;
+- the trunk block: the features of the image alone (shipped), or averaged with those of its mirror image and/or
+  of ``--views`` of the training views (test-time augmentation).
+Each space is scored alone (pixels or trunk) and joined (pixels beside trunk), by sklearn's spectral clustering of
+a symmetric 5-nearest-neighbour graph. Labels are read only to score, and the run must be a TRAINING-split run
+(the recluster script's `load` refuses a test-split one).
+
+Usage: python -m benchmarks.fedspectral_space_ceiling RUN_FOLDER [--views 4] [--neighbors 5]
+Results: benchmarks/results/fedspectral_recluster.md ("Fourth pass").
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from sklearn.cluster import SpectralClustering
+from sklearn.metrics import normalized_mutual_info_score
+from sklearn.neighbors import kneighbors_graph
+
+from benchmarks.fedspectral_recluster import load
+
+PIXELS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # (n, d) flattened images -> the block, before unit norm
+    "raw": lambda x: x,
+    "centred": lambda x: x - x.mean(1, keepdim=True),
+    "standardised": lambda x: (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True).clamp_min(1e-8),
+    "sqrt": lambda x: x.clamp_min(0).sqrt(),
+}
+
+
+def pixel_block(images: torch.Tensor, transform: str) -> torch.Tensor:
+    """The unit-normalised pixel block of ``images`` (n, C, H, W) under one of PIXELS."""
+    return F.normalize(PIXELS[transform](images.flatten(1).float()), dim=1)
+
+
+def joined(*blocks: torch.Tensor) -> torch.Tensor:
+    """Unit blocks side by side, normalised again (FedSpectral's input+backbone with backbone_weight 1)."""
+    return F.normalize(torch.cat([F.normalize(b, dim=1) for b in blocks], 1), dim=1)
+
+
+def spectral_nmi(z: torch.Tensor, labels, k: int, neighbors: int) -> float:
+    graph = kneighbors_graph(z.numpy(), neighbors, include_self=False)
+    found = SpectralClustering(k, affinity="precomputed", random_state=0).fit_predict(0.5 * (graph + graph.T))
+    return normalized_mutual_info_score(labels, found)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--views", type=int, default=4, help="training views averaged in the test-time-view spaces")
+    ap.add_argument("--neighbors", type=int, default=5)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    data, method = load(args.run)
+    images, y, k = torch.cat(list(data.iter_all())), data.labels.numpy(), method.num_clusters
+    generator = torch.Generator().manual_seed(0)
+
+    def trunk(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.cat([F.normalize(method.trunk(c), dim=1) for c in x.split(1000)])
+
+    plain, mirrored = trunk(images), trunk(images.flip(-1))
+    views = sum(trunk(torch.cat([method.views(c, generator) for c in images.split(1000)]))
+                for _ in range(args.views)) / args.views
+    trunks = {"image": plain, "image+mirror": plain + mirrored, f"image+{args.views} views": plain + views,
+              f"image+mirror+{args.views} views": plain + mirrored + views}
+    print(f"{args.run}: {len(y)} samples, spectral clustering of every sample, {args.neighbors} neighbours (NMI)")
+    for name in PIXELS:
+        pixels = pixel_block(images, name)
+        print(f"pixels {name:13s} alone {spectral_nmi(pixels, y, k, args.neighbors):.4f}  beside the trunk "
+              f"{spectral_nmi(joined(pixels, plain), y, k, args.neighbors):.4f}", flush=True)
+    raw = pixel_block(images, "raw")
+    for name, features in trunks.items():
+        print(f"trunk {name:22s} alone {spectral_nmi(F.normalize(features, dim=1), y, k, args.neighbors):.4f}  "
+              f"beside raw pixels {spectral_nmi(joined(raw, features), y, k, args.neighbors):.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
