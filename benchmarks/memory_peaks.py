@@ -9,7 +9,7 @@ large blocks are mapped and unmapped and the resident set follows live memory ra
 then measures, in fresh processes, how much the server's spectral clustering of 1,000 summaries raises the maximum
 resident set alone and after a freed 300 MB peak (as in a run, where training peaks first), and counts each model's
 parameters: every client keeps its Adam state (two numbers a parameter) between rounds, so a larger model costs
-memory per client.
+memory per client (the reset run measures how much).
 
 Usage: python -m benchmarks.memory_peaks [--out DIR]     Results: benchmarks/results/memory_peaks.md
 """
@@ -36,6 +36,9 @@ RUNS = {  # label -> (packaged config, overrides)
     # the projector's first layer (2,304 x 512) is what makes FedSpectral's model larger than CCFC's: half as wide
     "FedSpectral (3 rounds), projector_hidden 256": ("fedspectral_fmnist", {"method.init_args.rounds": 3,
                                                                             "method.init_args.projector_hidden": 256}),
+    # the shipped model, but no client keeps its Adam state between rounds (a fresh optimizer every round)
+    "FedSpectral (3 rounds), optimizer_state reset": ("fedspectral_fmnist", {"method.init_args.rounds": 3,
+                                                                             "federation.optimizer_state": "reset"}),
 }
 RETURN_MEMORY = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
