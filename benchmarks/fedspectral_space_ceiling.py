@@ -24,11 +24,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from sklearn.cluster import SpectralClustering
-from sklearn.metrics import normalized_mutual_info_score
-from sklearn.neighbors import kneighbors_graph
 
-from benchmarks.fedspectral_recluster import load
+from benchmarks.fedspectral_recluster import central_spectral_nmi, load
 
 PIXELS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # (n, d) flattened images -> the block, before unit norm
     "raw": lambda x: x,
@@ -46,12 +43,6 @@ def pixel_block(images: torch.Tensor, transform: str) -> torch.Tensor:
 def joined(*blocks: torch.Tensor) -> torch.Tensor:
     """Unit blocks side by side, normalised again (FedSpectral's input+backbone with backbone_weight 1)."""
     return F.normalize(torch.cat([F.normalize(b, dim=1) for b in blocks], 1), dim=1)
-
-
-def spectral_nmi(z: torch.Tensor, labels, k: int, neighbors: int) -> float:
-    graph = kneighbors_graph(z.numpy(), neighbors, include_self=False)
-    found = SpectralClustering(k, affinity="precomputed", random_state=0).fit_predict(0.5 * (graph + graph.T))
-    return normalized_mutual_info_score(labels, found)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,12 +68,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.run}: {len(y)} samples, spectral clustering of every sample, {args.neighbors} neighbours (NMI)")
     for name in PIXELS:
         pixels = pixel_block(images, name)
-        print(f"pixels {name:13s} alone {spectral_nmi(pixels, y, k, args.neighbors):.4f}  beside the trunk "
-              f"{spectral_nmi(joined(pixels, plain), y, k, args.neighbors):.4f}", flush=True)
+        print(f"pixels {name:13s} alone {central_spectral_nmi(pixels, y, k, args.neighbors):.4f}  beside the trunk "
+              f"{central_spectral_nmi(joined(pixels, plain), y, k, args.neighbors):.4f}", flush=True)
     raw = pixel_block(images, "raw")
     for name, features in trunks.items():
-        print(f"trunk {name:22s} alone {spectral_nmi(F.normalize(features, dim=1), y, k, args.neighbors):.4f}  "
-              f"beside raw pixels {spectral_nmi(joined(raw, features), y, k, args.neighbors):.4f}", flush=True)
+        print(f"trunk {name:22s} alone {central_spectral_nmi(F.normalize(features, dim=1), y, k, args.neighbors):.4f}  "
+              f"beside raw pixels {central_spectral_nmi(joined(raw, features), y, k, args.neighbors):.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks.fedspectral_recluster import summary_purity
+from benchmarks.fedspectral_recluster import central_spectral_nmi, summary_purity
 from benchmarks.fedspectral_space_ceiling import joined, pixel_block
 from benchmarks.round_spread import main as round_spread
 
@@ -46,3 +46,10 @@ def test_space_ceiling_pixel_blocks_remove_brightness_when_centred_and_join_as_e
     both = joined(pixel_block(images, "raw"), 5 * torch.ones(3, 2))  # the second block is rescaled to unit norm too
     assert torch.allclose(both.norm(dim=1), torch.ones(3))
     assert torch.allclose(both[:, :16].norm(dim=1), both[:, 16:].norm(dim=1))
+
+
+def test_central_spectral_ceiling_finds_two_separated_groups():
+    g = torch.Generator().manual_seed(0)
+    z = torch.cat([torch.randn(30, 3, generator=g), torch.randn(30, 3, generator=g) + 20])
+    labels = [0] * 30 + [1] * 30
+    assert central_spectral_nmi(z, labels, 2, neighbors=5) == pytest.approx(1.0)
