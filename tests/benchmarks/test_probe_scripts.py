@@ -1,11 +1,12 @@
-"""The small probe scripts whose figures the results notes quote: round_spread, the recluster script's purity and the
-space-ceiling script's blocks."""
+"""The small probe scripts whose figures the results notes quote: round_spread, the recluster script's purity and
+ceiling, the space-ceiling script's blocks and the cluster holdings of a run."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from benchmarks.cluster_holdings import main as cluster_holdings
 from benchmarks.fedspectral_recluster import central_spectral_nmi, summary_purity
 from benchmarks.fedspectral_space_ceiling import joined, pixel_block
 from benchmarks.round_spread import main as round_spread
@@ -53,3 +54,14 @@ def test_central_spectral_ceiling_finds_two_separated_groups():
     z = torch.cat([torch.randn(30, 3, generator=g), torch.randn(30, 3, generator=g) + 20])
     labels = [0] * 30 + [1] * 30
     assert central_spectral_nmi(z, labels, 2, neighbors=5) == pytest.approx(1.0)
+
+
+def test_cluster_holdings_names_the_true_clusters_each_model_holds_and_the_empty_ones(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    found_label = [(0, 0)] * 5 + [(0, 1)] * 5 + [(1, 2)] * 4 + [(1, 1)] + [(2, 3)] * 5  # model 3 holds nothing
+    rows = [f"{i},0,{label},{found}" for i, (found, label) in enumerate(found_label)]
+    (run / "assignments.csv").write_text("index,client,label,cluster\n" + "\n".join(rows) + "\n")
+    cluster_holdings([str(run)])
+    assert capsys.readouterr().out.strip() == ("run: purity 0.7000; model 0: 10 = 0 (5) + 1 (5); model 1: 5 = 2 (4); "
+                                               "model 2: 5 = 3 (5); model 3: empty")
