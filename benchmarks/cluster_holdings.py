@@ -15,6 +15,10 @@ import csv
 from collections import Counter
 from pathlib import Path
 
+import torch
+
+from fedclust.clustering.metrics import purity
+
 
 def holdings(rows: list[dict[str, str]], num_clusters: int | None = None) -> dict[int, Counter]:
     """found cluster -> Counter of true labels over its points (every cluster id below ``num_clusters`` present)."""
@@ -37,11 +41,6 @@ def describe(held: dict[int, Counter], min_share: float) -> list[str]:
     return lines
 
 
-def purity(held: dict[int, Counter]) -> float:
-    total = sum(sum(c.values()) for c in held.values())
-    return sum(max(c.values(), default=0) for c in held.values()) / max(total, 1)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path, nargs="+")
@@ -52,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
             rows = list(csv.DictReader(f))
         num_labels = len({row["label"] for row in rows})
         held = holdings(rows, num_labels)
-        print(f"{run.name}: purity {purity(held):.4f}; " + "; ".join(describe(held, args.min_share)))
+        found, labels = (torch.tensor([int(row[key]) for row in rows]) for key in ("cluster", "label"))
+        print(f"{run.name}: purity {purity(found, labels):.4f}; " + "; ".join(describe(held, args.min_share)))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,14 @@ def test_round_spread_gives_the_mean_over_a_range_one_round_and_a_curve_skipping
         round_spread([str(run), "--rounds", "2", "2"])
 
 
+def test_round_spread_reads_another_metrics_column(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text("round,loss,nmi\n1,9.5,\n2,7.25,0.4\n")
+    round_spread([str(run), "--metric", "loss", "--rounds", "1", "2", "--each", "1"])
+    assert capsys.readouterr().out.strip() == "run: loss at round 1 9.5000, 2 7.2500"
+
+
 def test_summary_purity_counts_each_summarys_majority_class_weighted_by_client():
     labels = torch.tensor([0, 0, 1, 1, 1, 2, 2, 2])
     data = SimpleNamespace(labels=labels, parts=[torch.tensor([0, 1, 2, 3]), torch.tensor([4, 5, 6, 7])])
