@@ -10,7 +10,7 @@ never on the split you report; it refuses a test-split run.
 
 Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
            [--seeds 3] [--backbone-weights 1 1.4 2] [--label-by summary own-nearest all-nearest]
-           [--ceiling [5 20]] [--purity]
+           [--ceiling [5 20]] [--purity] [--spread 0.9 0.99]
 The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
 images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
 """
@@ -27,7 +27,8 @@ from sklearn.cluster import SpectralClustering
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.neighbors import kneighbors_graph
 
-from fedclust.clustering.knn_vote import knn_vote
+from fedclust.clustering.knn_vote import knn_vote, nearest_neighbors
+from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.metrics import purity
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import local_summaries
@@ -108,6 +109,19 @@ def client_vote(data, h: torch.Tensor, labels: torch.Tensor, vote: int, k: int) 
     return out.numpy()
 
 
+def client_spread(data, h: torch.Tensor, labels: torch.Tensor, alpha: float, k: int, neighbors: int = 5,
+                  weighted: bool = True) -> np.ndarray:
+    """Label spreading (fedclust.clustering.label_spreading) over each client's own ``neighbors``-NN graph, its
+    edges weighted by cosine similarity (or all 1): local, as the vote, no extra communication."""
+    out = labels.clone()
+    for idx in data.parts:
+        near = nearest_neighbors(h[idx], neighbors)
+        unit = F.normalize(h[idx], dim=1)
+        weights = (unit.unsqueeze(1) * unit[near]).sum(-1).clamp_min(0) if weighted else None
+        out[idx] = label_spreading(near, labels[idx], k, alpha, weights)
+    return out.numpy()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path)
@@ -123,6 +137,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="also spectral clustering of every sample (slow), with these graph neighbours (bare: 5)")
     ap.add_argument("--purity", action="store_true",
                     help="also the share of samples in a summary of their own majority class")
+    ap.add_argument("--spread", type=float, nargs="+", default=[], metavar="ALPHA",
+                    help="also label spreading over each client's 5-NN graph instead of the vote, with these alphas")
+    ap.add_argument("--spread-unweighted", action="store_true", help="spreading's edges all 1 (default: cosine)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     data, method = load(args.run)
@@ -137,14 +154,19 @@ def main(argv: list[str] | None = None) -> None:
                 scores = [summary_purity(data, m) for m in made]
                 print(f"summary_size {size:3d}  summary purity " + " / ".join(f"{s:.3f}" for s in scores), flush=True)
             for nb in args.neighbors:
-                rows = {(by, v): [] for by in args.label_by for v in args.votes}
+                rows = {(by, f"vote_neighbors {v:2d}"): [] for by in args.label_by for v in args.votes}
+                rows |= {(by, f"spread alpha {a:g}"): [] for by in args.label_by for a in args.spread}
                 for seed in range(args.seeds):
                     for by in args.label_by:
                         labels = recluster(data, h, k, made[seed], nb, seed, label_by=by)
                         for v in args.votes:
-                            rows[by, v].append(normalized_mutual_info_score(y, client_vote(data, h, labels, v, k)))
-                for (by, v), scores in rows.items():
-                    print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  vote_neighbors {v:2d}  NMI "
+                            found = client_vote(data, h, labels, v, k)
+                            rows[by, f"vote_neighbors {v:2d}"].append(normalized_mutual_info_score(y, found))
+                        for a in args.spread:
+                            found = client_spread(data, h, labels, a, k, weighted=not args.spread_unweighted)
+                            rows[by, f"spread alpha {a:g}"].append(normalized_mutual_info_score(y, found))
+                for (by, step), scores in rows.items():
+                    print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  {step}  NMI "
                           + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
         for nb in [5] if args.ceiling == [] else args.ceiling or []:  # bare --ceiling: 5 neighbours
             print(f"ceiling: spectral clustering of every sample, {nb} neighbours: NMI "

@@ -28,6 +28,12 @@ whole_schedule_findings.md, ccfc_stage1_fmnist_test.md):
   0.64-0.65 for the trunk's features alone and 0.66 for pixels alone.
 - Labels through the client (as k-FED, Dennis et al., ICML 2021): a sample's cluster is the server's label of the
   summary its client put it in; a sample no client holds (another split) takes its nearest summary's label.
+- Then each client smooths those labels over its own samples' nearest-neighbour graph: a majority vote of each
+  sample's `vote_neighbors` nearest, or label spreading over the same graph (`spread_alpha`; Zhou et al., NIPS
+  2004). Spreading lets a label travel along the client's graph, so under label skew, where a client holds few
+  classes, a mixed summary's minority is pulled to the class its neighbourhood holds. Chosen on 10,000 training
+  images (configs/fedspectral_fmnist.yaml): alpha 0.99 against the vote, seed means 0.649 / 0.646 / 0.778 against
+  0.654 / 0.627 / 0.689 at p = 0 / 0.5 / 1.
 
 What crosses the boundary: the model's weights (FedAvg) and, per client, its summaries (means of
 `summary_size` samples each) and their sizes. No labels anywhere in training, model selection or stopping.
@@ -43,6 +49,7 @@ from torch import Tensor, nn
 
 from fedclust.clustering.kmeans import assign_nearest
 from fedclust.clustering.knn_vote import nearest_neighbors, vote
+from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import local_summaries
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
@@ -97,6 +104,9 @@ class FedSpectral(FederatedMethod):
             summaries were made from. A summary gives all its members one label, so the minority of a mixed
             summary is wrong together; its nearest samples mostly sit in other summaries and outvote it. Local:
             no extra communication.
+        spread_alpha: Instead of the vote, spread the server's labels over the same graph (each sample and its
+            ``vote_neighbors`` nearest, symmetrised, every edge 1) by label spreading (Zhou et al. 2004), 30 steps
+            of F <- alpha S F + (1 - alpha) Y; 0: the vote. In [0, 1); needs ``vote_neighbors`` > 0. Local.
     """
 
     payload_keys = ("summaries", "summary_sizes")
@@ -112,7 +122,7 @@ class FedSpectral(FederatedMethod):
                  summaries: Literal["kmeans", "balanced"] = "kmeans", neighbors: int = 10,
                  kernel: Literal["cosine", "self_tuning"] = "cosine",
                  cluster_space: Literal["backbone", "projection", "input+backbone"] = "backbone",
-                 backbone_weight: float = 1.0, vote_neighbors: int = 0):
+                 backbone_weight: float = 1.0, vote_neighbors: int = 0, spread_alpha: float = 0.0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("summary_size", summary_size, 1), ("min_summary_size", min_summary_size, 1),
@@ -127,6 +137,11 @@ class FedSpectral(FederatedMethod):
             raise ConfigError("method.rotation", rotation, "an angle in degrees in [0, 180]")
         if not backbone_weight > 0:
             raise ConfigError("method.backbone_weight", backbone_weight, "a positive number")
+        if not 0 <= spread_alpha < 1:
+            raise ConfigError("method.spread_alpha", spread_alpha, "a number in [0, 1)")
+        if spread_alpha and not vote_neighbors:
+            raise ConfigError("method.spread_alpha", spread_alpha,
+                              "0 while vote_neighbors is 0 (it spreads over the vote's neighbour graph)")
         if not decorrelation_weight >= 0:
             raise ConfigError("method.decorrelation_weight", decorrelation_weight, "a non-negative number")
         self.summaries: Tensor | None = None  # server: every client's summaries (S, d), unit norm
@@ -242,13 +257,16 @@ class FedSpectral(FederatedMethod):
         return self.summary_labels.to(x.device)[nearest]
 
     def _client_vote(self, labels: Tensor, voters: Any) -> Tensor:
-        """A client's labels after its local kNN vote (``vote_neighbors``); unchanged when it is off, and when the
-        client's saved neighbours (read back from a checkpoint, untrusted) do not fit its samples."""
+        """A client's labels after its local kNN vote (``vote_neighbors``) or label spreading over the same graph
+        (``spread_alpha``); unchanged when both are off, and when the client's saved neighbours (read back from a
+        checkpoint, untrusted) do not fit its samples."""
         n = len(labels)
         fits = (isinstance(voters, Tensor) and voters.ndim == 2 and len(voters) == n and voters.numel() > 0
                 and voters.dtype == torch.long and int(voters.min()) >= 0 and int(voters.max()) < n)
         if not self.hparams.vote_neighbors or not fits:
             return labels
+        if self.hparams.spread_alpha:
+            return label_spreading(voters, labels, self.num_clusters, self.hparams.spread_alpha)
         return vote(labels, voters, self.num_clusters)
 
     @torch.no_grad()

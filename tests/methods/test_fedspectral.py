@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fedclust.clustering.knn_vote import knn_vote
+from fedclust.clustering.label_spreading import label_spreading
 from fedclust.contract import ClientContext, ClientSession, ClientUpdate, RoundContext, Stage
 from fedclust.data.config import build_federated_data
 from fedclust.errors import ConfigError
@@ -107,10 +108,22 @@ def test_the_clients_vote_relabels_each_sample_by_its_own_nearest_samples():
                            method.client_labels[0][states[0]["summary_of"]])
 
 
+def test_spreading_smooths_the_servers_labels_over_the_votes_own_graph():
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    method = tiny(vote_neighbors=4, spread_alpha=0.9)
+    method.build(data.info)
+    states, _ = _one_round(method, data)
+    labels = method.predict(data, states)
+    for cid, part in enumerate(data.parts):  # each client spreads over its own samples' graph only
+        own = method.client_labels[cid][states[cid]["summary_of"]]
+        assert torch.equal(labels[part], label_spreading(states[cid]["voters_of"], own, method.num_clusters, 0.9))
+
+
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(min_summary_size=0), dict(neighbors=0),
                                  dict(temperature=0.0), dict(decorrelation_weight=-1.0),
                                  dict(vote_neighbors=-1), dict(backbone_weight=0.0), dict(flip=1.5),
-                                 dict(rotation=-5.0)])
+                                 dict(rotation=-5.0), dict(vote_neighbors=5, spread_alpha=1.0),
+                                 dict(spread_alpha=0.5)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
