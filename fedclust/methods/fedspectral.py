@@ -271,8 +271,8 @@ class FedSpectral(FederatedMethod):
 
     @torch.no_grad()
     def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
-        """Each sample of a client that sent summaries: the cluster of its summary (after the client's kNN vote when
-        ``vote_neighbors``); any other: the nearest summary's."""
+        """Each sample of a client that sent summaries: the cluster of its summary (after the client's kNN vote, or
+        label spreading with ``spread_alpha``, when ``vote_neighbors``); any other: the nearest summary's."""
         self.eval()
         labels = torch.full((len(data),), -1, dtype=torch.long)
         for cid, mapping in self.client_labels.items():
