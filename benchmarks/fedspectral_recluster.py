@@ -109,16 +109,12 @@ def client_vote(data, h: torch.Tensor, labels: torch.Tensor, vote: int, k: int) 
     return out.numpy()
 
 
-def client_spread(data, h: torch.Tensor, labels: torch.Tensor, alpha: float, k: int, neighbors: int = 5,
-                  weighted: bool = True) -> np.ndarray:
-    """Label spreading (fedclust.clustering.label_spreading) over each client's own ``neighbors``-NN graph, its
-    edges weighted by cosine similarity (or all 1): local, as the vote, no extra communication."""
+def client_spread(data, graphs: list[torch.Tensor], labels: torch.Tensor, alpha: float, k: int) -> np.ndarray:
+    """Label spreading (fedclust.clustering.label_spreading) over each client's own neighbour graph (``graphs``, one
+    per client, as FedSpectral saves it): local, as the vote, no extra communication."""
     out = labels.clone()
-    for idx in data.parts:
-        near = nearest_neighbors(h[idx], neighbors)
-        unit = F.normalize(h[idx], dim=1)
-        weights = (unit.unsqueeze(1) * unit[near]).sum(-1).clamp_min(0) if weighted else None
-        out[idx] = label_spreading(near, labels[idx], k, alpha, weights)
+    for idx, graph in zip(data.parts, graphs):
+        out[idx] = label_spreading(graph, labels[idx], k, alpha)
     return out.numpy()
 
 
@@ -139,7 +135,6 @@ def main(argv: list[str] | None = None) -> None:
                     help="also the share of samples in a summary of their own majority class")
     ap.add_argument("--spread", type=float, nargs="+", default=[], metavar="ALPHA",
                     help="also label spreading over each client's 5-NN graph instead of the vote, with these alphas")
-    ap.add_argument("--spread-unweighted", action="store_true", help="spreading's edges all 1 (default: cosine)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     data, method = load(args.run)
@@ -148,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         h = embed(data, method, weight)
         print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space "
               f"{method.hparams.cluster_space}, backbone_weight {method.hparams.get('backbone_weight', 1.0)}")
+        graphs = [nearest_neighbors(h[idx], 5) for idx in data.parts] if args.spread else []  # once per embedding
         for size in args.sizes:
             made = [client_summaries(data, h, size, seed) for seed in range(args.seeds)]  # once for every setting
             if args.purity:
@@ -163,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
                             found = client_vote(data, h, labels, v, k)
                             rows[by, f"vote_neighbors {v:2d}"].append(normalized_mutual_info_score(y, found))
                         for a in args.spread:
-                            found = client_spread(data, h, labels, a, k, weighted=not args.spread_unweighted)
+                            found = client_spread(data, graphs, labels, a, k)
                             rows[by, f"spread alpha {a:g}"].append(normalized_mutual_info_score(y, found))
                 for (by, step), scores in rows.items():
                     print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  {step}  NMI "

@@ -256,7 +256,7 @@ class FedSpectral(FederatedMethod):
         nearest = assign_nearest(self.embed(x), self.summaries.to(x.device), cosine=True)
         return self.summary_labels.to(x.device)[nearest]
 
-    def _client_vote(self, labels: Tensor, voters: Any) -> Tensor:
+    def _smooth_client_labels(self, labels: Tensor, voters: Any) -> Tensor:
         """A client's labels after its local kNN vote (``vote_neighbors``) or label spreading over the same graph
         (``spread_alpha``); unchanged when both are off, and when the client's saved neighbours (read back from a
         checkpoint, untrusted) do not fit its samples."""
@@ -278,7 +278,8 @@ class FedSpectral(FederatedMethod):
         for cid, mapping in self.client_labels.items():
             member = client_states.get(cid, {}).get(LOCAL)
             if member is not None and len(member) == len(data.parts[cid]):
-                labels[data.parts[cid].cpu()] = self._client_vote(mapping[member], client_states[cid].get(VOTERS))
+                labels[data.parts[cid].cpu()] = self._smooth_client_labels(mapping[member],
+                                                                           client_states[cid].get(VOTERS))
         missing = (labels < 0).nonzero().squeeze(1)
         if len(missing):
             labels[missing] = torch.cat([self.assign(x).cpu() for x in data.iter_indices(missing)])

@@ -18,24 +18,23 @@ def test_spreading_corrects_a_few_wrong_labels_inside_a_group_and_keeps_the_grou
     z, truth = _two_groups()
     noisy = truth.clone()
     noisy[[0, 7, 14]] = 1  # three of the first group carry the other group's label
-    near = nearest_neighbors(z, 5)
-    assert torch.equal(label_spreading(near, noisy, 2, alpha=0.9), truth)
-    similarity = (torch.nn.functional.normalize(z, dim=1).unsqueeze(1)
-                  * torch.nn.functional.normalize(z, dim=1)[near]).sum(-1).clamp_min(0)
-    assert torch.equal(label_spreading(near, noisy, 2, alpha=0.9, weights=similarity), truth)
+    assert torch.equal(label_spreading(nearest_neighbors(z, 5), noisy, 2, alpha=0.9), truth)
+
+
+CHAIN = torch.tensor([[i, max(i - 1, 0), min(i + 1, 9)] for i in range(10)])  # 0 - 1 - ... - 9, each row with itself
 
 
 def test_alpha_zero_keeps_the_labels_and_a_label_travels_further_as_alpha_grows():
-    # a chain 0 - 1 - 2 - ... - 9: node 0 is labelled 1, every other 0
-    near = torch.tensor([[i, max(i - 1, 0), min(i + 1, 9)] for i in range(10)])
-    labels = torch.zeros(10, dtype=torch.long)
-    labels[0] = 1
-    assert torch.equal(label_spreading(near, labels, 2, alpha=0.0), labels)
-    # a lone dissenting end of a chain is outvoted by its neighbour at any alpha: the chain agrees on 0
-    assert label_spreading(near, labels, 2, alpha=0.99).sum() == 0
-    # half the chain labelled 1: the labels stay split at the middle, whichever alpha
+    end = torch.tensor([1, 1] + [0] * 8)  # the chain's first two nodes hold label 1
+    assert torch.equal(label_spreading(CHAIN, end, 2, alpha=0.0), end)
+    assert torch.equal(label_spreading(CHAIN, end, 2, alpha=0.3), end)  # a short reach: the pair keeps its label
+    assert label_spreading(CHAIN, end, 2, alpha=0.9).sum() == 1  # further: the rest of the chain wears it down
+    assert label_spreading(CHAIN, end, 2, alpha=0.99).sum() == 0
+
+
+def test_an_even_split_of_the_chain_stays_split():
     half = torch.tensor([1] * 5 + [0] * 5)
-    assert torch.equal(label_spreading(near, half, 2, alpha=0.9), half)
+    assert torch.equal(label_spreading(CHAIN, half, 2, alpha=0.99), half)
 
 
 def test_spreading_refuses_an_alpha_outside_zero_one():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fedclust.clustering.knn_vote import knn_vote
+from fedclust.clustering.knn_vote import knn_vote, vote
 from fedclust.clustering.label_spreading import label_spreading
 from fedclust.contract import ClientContext, ClientSession, ClientUpdate, RoundContext, Stage
 from fedclust.data.config import build_federated_data
@@ -115,8 +115,9 @@ def test_spreading_smooths_the_servers_labels_over_the_votes_own_graph():
     states, _ = _one_round(method, data)
     labels = method.predict(data, states)
     for cid, part in enumerate(data.parts):  # each client spreads over its own samples' graph only
-        own = method.client_labels[cid][states[cid]["summary_of"]]
-        assert torch.equal(labels[part], label_spreading(states[cid]["voters_of"], own, method.num_clusters, 0.9))
+        own, graph = method.client_labels[cid][states[cid]["summary_of"]], states[cid]["voters_of"]
+        assert torch.equal(labels[part], label_spreading(graph, own, method.num_clusters, 0.9))
+        assert not torch.equal(labels[part], vote(own, graph, method.num_clusters))  # spread, not voted
 
 
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(min_summary_size=0), dict(neighbors=0),
