@@ -46,7 +46,7 @@ from fedclust.probes.diagnose import DIAGNOSTIC_KEYS as DIAGNOSTICS
 from fedclust.sweep import Point
 
 FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
-FOLDER = ("rounds", "seconds_per_round", "peak_memory_mb", "commit")
+FOLDER = ("rounds", "seconds", "seconds_per_round", "peak_memory_mb", "commit")  # seconds: the rounds' sum
 KEYS = {"title": str, "data": str, "notes": str, "overrides": dict, "grid": dict, "configs": list,
         "metrics": list, "paper": list, "table": dict, "plot": dict, "curve": dict}
 REQUIRED = ("title", "data", "configs", "metrics", "table")
@@ -94,9 +94,19 @@ class Experiment:
         return list(dict.fromkeys(run.label for run in self.runs))
 
     def key(self, column: str) -> str | None:
-        """The grid key a column names (dotted, or its last part), or None."""
+        """The grid key a column names (dotted, its last part, or its CSV column), or None."""
         keys = self.grid_keys
-        return column if column in keys else next((k for k in keys if k.rsplit(".", 1)[-1] == column), None)
+        return column if column in keys else next((k for k in keys if column in (k.rsplit(".", 1)[-1],
+                                                                                 self.csv_column(k))), None)
+
+    def csv_column(self, key: str) -> str:
+        """A grid key's column in the results CSV: its last part ("data.p" -> "p"), "data" for data.name, the
+        dotted key where two keys share a last part."""
+        if key == "data.name":
+            return "data"
+        short = key.rsplit(".", 1)[-1]
+        clash = [k for k in self.grid_keys if k.rsplit(".", 1)[-1] == short] + (["data.name"] * (short == "data"))
+        return short if len(clash) <= 1 else key
 
 
 def experiment_path(name: str, folder: Path) -> Path:

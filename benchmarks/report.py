@@ -11,8 +11,10 @@ import math
 import statistics
 from pathlib import Path
 
+import yaml
+
 from fedclust.errors import ConfigError
-from fedclust.sweep import start_record
+from fedclust.sweep import Point, start_record
 
 from .common import ROOT, machine, now
 from .experiment import FINAL, Experiment, paper_cell
@@ -51,7 +53,7 @@ def measure(folder: Path) -> dict[str, object]:
     seconds = [s for s in (_number(r.get("seconds")) for r in rows) if s is not None]
     memory = [m for m in (_number(r.get("peak_memory_mb")) for r in rows) if m is not None]
     rounds = _number(rows[-1].get("round")) if rows else None
-    out.update(rounds=int(rounds) if rounds is not None else None,
+    out.update(rounds=int(rounds) if rounds is not None else None, seconds=sum(seconds) if seconds else None,
                seconds_per_round=statistics.median(seconds) if seconds else None,
                peak_memory_mb=max(memory) if memory else None)
     return out
@@ -87,8 +89,9 @@ def collect(exp: Experiment, root: Path) -> list[dict[str, object]]:
         status = state(root, run)
         found = measure(root / run.point.name) if status != "stale" else {}
         started = start_record(root, run.point) if status != "stale" else {}
-        row = {"label": run.label, **run.values, "state": status, "run": run.point.name,
-               **{m: found.get(m) for m in exp.metrics if m != "commit"},
+        row = {"label": run.label, **{k: setting(run.point, k) for k in ("data.name", "seed")}, **run.values,
+               "state": status, "run": run.point.name,
+               **{m: found.get(m) for m in [*exp.metrics, "seconds"] if m != "commit"},
                **{k: started.get(k, "") for k in ("commit", "command", "machine", "started")}}
         row.update({f"paper_{ref['metric']}": paper_cell(exp, ref, run) for ref in exp.paper})
         rows.append(row)
@@ -102,13 +105,34 @@ def _cell(name: str, value: object) -> str:
     return "" if value is None else str(value)
 
 
+def setting(point: Point, key: str) -> object:
+    """A run's value of a dotted config key: its override, else its config file's (None when neither sets it)."""
+    if key in point.overrides:
+        return point.overrides[key]
+    try:
+        node: object = yaml.safe_load(Path(point.config).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
 def write_csv(exp: Experiment, rows: list[dict], path: Path) -> None:
-    names = ["label", *exp.grid_keys, "state", *[m for m in exp.metrics if m != "commit"],
+    """One row per run: method, data, the grid's keys by their short names (p, seed, schedule...), state, the
+    metrics (seconds, the rounds' sum, always beside them), the papers' cells, commit and run folder."""
+    keys = list(dict.fromkeys(["data.name", *exp.grid_keys, "seed"]))
+    metrics = [m for m in exp.metrics if m != "commit"]
+    metrics += ["seconds"] * ("seconds" not in metrics)
+    names = ["method", *(exp.csv_column(k) for k in keys), "state", *metrics,
              *[f"paper_{ref['metric']}" for ref in exp.paper], "commit", "run"]
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, names, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+        for row in rows:
+            named = {"method": row["label"], **{exp.csv_column(k): row.get(k) for k in keys},
+                     **{k: v for k, v in row.items() if k not in keys and k != "label"}}
+            writer.writerow({k: "" if v is None else v for k, v in named.items()})
 
 
 def markdown(exp: Experiment, rows: list[dict], command: str) -> str:

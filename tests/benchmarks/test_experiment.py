@@ -1,12 +1,14 @@
 """benchmarks/experiment.py: an experiment YAML is checked strictly, every mistake one sentence naming the field,
 and every experiment in benchmarks/experiments parses into `fedclust fit` runs the fit parser accepts."""
 
+import csv
 from pathlib import Path
 
 import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.experiment import load, paper_cell
+from benchmarks.report import collect, write_csv
 from fedclust.errors import ConfigError
 from fedclust.sweep import check
 
@@ -110,3 +112,19 @@ def test_curve_reads_a_metric_per_round_from_either_csv(tmp_path):
     (tmp_path / "diagnostics.csv").write_text("round,embed_kmeans_nmi\n1,0.41\n3,0.43\n")
     assert per_round(tmp_path, "nmi") == {1: 0.5, 3: 0.7}  # the unscored round 2 is left out
     assert per_round(tmp_path, "embed_kmeans_nmi") == {1: 0.41, 3: 0.43}
+
+
+def test_the_results_csv_names_columns_as_the_issues_do(write_experiment, tiny_spec, tmp_path):
+    """method, data, p, seed, ...: a grid key by its last part, data.name as "data", a clash kept dotted; a
+    setting no override names is read from the run's config file (kfed_fmnist: fmnist, seed 66)."""
+    overrides = {k: v for k, v in tiny_spec()["overrides"].items() if k != "data.name"}
+    spec = tiny_spec(overrides=overrides, grid={"data.p": [0, 1], "method.init_args.p": [2]},
+                     table={"columns": ["method", "data.p", "nmi"]}, plot={"x": "data.p", "y": "nmi"})
+    exp = load(str(write_experiment(spec)), ROOT)
+    assert [exp.csv_column(k) for k in exp.grid_keys] == ["data.p", "method.init_args.p"]
+    assert exp.csv_column("data.name") == "data" and exp.key("data.p") == "data.p"
+    write_csv(exp, collect(exp, tmp_path / "runs"), tmp_path / "out.csv")
+    rows = list(csv.DictReader((tmp_path / "out.csv").open()))
+    assert list(rows[0])[:6] == ["method", "data", "data.p", "method.init_args.p", "seed", "state"]
+    assert (rows[1]["data"], rows[1]["data.p"], rows[1]["seed"], rows[1]["state"]) == ("fmnist", "1", "66", "pending")
+    assert "seconds" in rows[0]

@@ -52,6 +52,10 @@ def test_report_shows_partial_results_with_their_state_and_commit(tiny):
     assert [r["state"] for r in rows] == ["done", "checkpointed", "pending", "stale"]
     assert rows[0]["commit"] == "abc123def456" and rows[0]["nmi"] == "0.75" and rows[0]["paper_nmi"] == "0.5"
     assert rows[0]["rounds"] == "3" and float(rows[0]["seconds_per_round"]) == 4.0  # median of metrics.csv seconds
+    assert float(rows[0]["seconds"]) == 15.0  # and their sum, the run's training time
+    # the issues' columns: method, data (its name, from the overrides or the config file), the grid by short names
+    assert list(rows[0])[:4] == ["method", "data", "seed", "state"]
+    assert rows[0]["method"] == "k-FED" and rows[0]["data"] == "digits" and rows[0]["seed"] == "1"
     assert rows[1]["nmi"] == "0.5" and rows[1]["commit"] == "abc123def456"  # its last scored round so far
     assert rows[2]["nmi"] == rows[3]["nmi"] == rows[3]["commit"] == ""  # a stale folder is not this point's run
     text = (results / "tiny.md").read_text()
