@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from fedclust.errors import ConfigError
+
 
 class WeightedSum:
     """Running sum of weight * state for the communicated keys, normalised by the total weight per key.
@@ -65,6 +67,53 @@ class WeightedSum:
 
     def __bool__(self) -> bool:
         return self.count > 0
+
+
+class ServerStep:
+    """The server's optimizer on the clients' average change (FedOpt: Reddi et al., "Adaptive Federated
+    Optimization", ICLR 2021), here its SGD-with-momentum member, FedAvgM (Hsu, Qi & Brown, "Measuring the Effects
+    of Non-Identical Data Distribution for Federated Visual Classification", 2019):
+
+        m <- momentum * m + (average - global);   global <- global + lr * m
+
+    lr 1 and momentum 0 are FedAvg (the average is returned untouched). Only ``keys`` (the model's trainable
+    parameters) take the step: buffers such as BatchNorm's running statistics keep the plain average, which a
+    momentum could push out of their range. The momentum is the server's state: it is checkpointed with the run."""
+
+    def __init__(self, lr: float = 1.0, momentum: float = 0.0) -> None:
+        self.lr, self.momentum = lr, momentum
+        self.buffers: dict[str, Tensor] = {}
+
+    @property
+    def is_fedavg(self) -> bool:
+        return self.lr == 1.0 and self.momentum == 0.0
+
+    @torch.no_grad()
+    def __call__(self, averaged: dict[str, Tensor], global_state: dict[str, Tensor],
+                 keys: set[str]) -> dict[str, Tensor]:
+        if self.is_fedavg:
+            return averaged
+        out = dict(averaged)
+        for key, mean in averaged.items():
+            if key not in keys or not mean.is_floating_point():
+                continue
+            delta = mean.double() - global_state[key].double()
+            buffer = self.buffers.get(key)
+            buffer = delta if buffer is None else buffer.to(delta.device).mul_(self.momentum).add_(delta)
+            self.buffers[key] = buffer
+            out[key] = (global_state[key].double() + self.lr * buffer).to(mean.dtype)
+        return out
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {key: value.cpu() for key, value in self.buffers.items()}
+
+    def load_state_dict(self, state: object, shapes: dict[str, torch.Size]) -> None:
+        """The momentum a checkpoint saved (untrusted: one tensor of the parameter's shape per trainable key)."""
+        if not isinstance(state, dict) or any(
+                not isinstance(v, Tensor) or k not in shapes or v.shape != shapes[k] for k, v in state.items()):
+            raise ConfigError("checkpoint", "server_step", "the server momentum of this model's trainable "
+                              "parameters (one tensor of each parameter's shape), as fedclust writes it")
+        self.buffers = {key: value.double() for key, value in state.items()}
 
 
 def _weight_for(key: str, weight: float, key_weights: dict[str, float] | None) -> float:

@@ -32,6 +32,10 @@ class FederationConfig:
         optimizer_state: "persist" keeps each client's optimizer state across the rounds of a stage and
             starts every stage with a fresh one (CCFC's code creates a new Adam for the cluster stage);
             "persist_across_stages" keeps it for the whole run; "reset" starts every round afresh.
+        server_lr: The server's step on the clients' average change (FedOpt, Reddi et al. ICLR 2021): the new
+            global weights are the old ones plus server_lr times it (1: FedAvg's average itself).
+        server_momentum: Momentum of that step (FedAvgM, Hsu et al. 2019; 0: none). Trainable parameters only;
+            buffers keep the plain average.
         eval_every: Score the global model every N rounds (and always after the last round).
         checkpoint_every: Write the resumable checkpoint every N rounds (and after the last round).
     """
@@ -43,6 +47,8 @@ class FederationConfig:
     disconnect_mode: Literal["per_round", "fixed"] = "per_round"
     average_bn_buffers: bool = True
     optimizer_state: Literal["persist", "persist_across_stages", "reset"] = "persist"
+    server_lr: float = 1.0
+    server_momentum: float = 0.0
     eval_every: int = 1
     checkpoint_every: int = 10
 
@@ -51,6 +57,10 @@ class FederationConfig:
             raise ConfigError("federation.fraction", self.fraction, "a number in (0, 1]")
         if not 0 <= self.disconnect_rate < 1:
             raise ConfigError("federation.disconnect_rate", self.disconnect_rate, "a number in [0, 1)")
+        if not self.server_lr > 0:
+            raise ConfigError("federation.server_lr", self.server_lr, "a positive number (1 is FedAvg)")
+        if not 0 <= self.server_momentum < 1:
+            raise ConfigError("federation.server_momentum", self.server_momentum, "a number in [0, 1) (0 is none)")
         if self.rounds is not None and self.rounds < 1:
             raise ConfigError("federation.rounds", self.rounds, "a positive integer or null")
         if self.local_epochs is not None and self.local_epochs < 0:

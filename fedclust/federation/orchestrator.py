@@ -34,7 +34,7 @@ from fedclust.contract import (
 )
 from fedclust.data.client_data import FederatedData
 from fedclust.errors import FedclustError, NotFittedError
-from fedclust.federation.aggregate import WeightedSum, is_finite
+from fedclust.federation.aggregate import ServerStep, WeightedSum, is_finite
 from fedclust.federation.client import as_optimizer_list, check_payload, local_fit, to_cpu, to_device
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.distributed import (
@@ -90,6 +90,8 @@ class Orchestrator:
             keys -= batchnorm_buffer_keys(method)
         self.communicated = [k for k in method.state_dict() if k in keys]
         self._communicated_set = set(self.communicated)
+        self.server_step = ServerStep(federation.server_lr, federation.server_momentum)
+        self._trainable = {name for name, p in method.named_parameters() if p.requires_grad}
 
     @property
     def total_rounds(self) -> int:
@@ -158,8 +160,10 @@ class Orchestrator:
         method.load_state_dict(global_state)  # the server's copy, before the clients' updates
         if updates:
             updates.sort(key=lambda u: u.client_id)  # the server step must not depend on arrival order
+            # every rank takes the server's step on the same all-reduced average: their momenta stay equal
+            averaged = self.server_step(total.average(), global_state, self._trainable) if total else None
             if self.fabric.is_global_zero:  # the server step (k-means, ...) runs once
-                method.aggregate(total.average() if total else None, updates, ctx)
+                method.aggregate(averaged, updates, ctx)
             self._share_global_state()
         else:
             log.warning("no client update in %s round %d: the global state is unchanged", ctx.stage.name, ctx.round)
@@ -257,12 +261,15 @@ class Orchestrator:
     # --- checkpoints -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"model": to_cpu(self.method.state_dict()), "server": to_cpu(self.method.server_state()),
+                "server_step": self.server_step.state_dict(),
                 "clients": self.client_states, "done": self.progress.done, "history": self.progress.history,
                 "last_metrics": self.progress.last_metrics}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.method.load_state_dict(state["model"])
         self.method.load_server_state(state["server"])
+        shapes = {name: p.shape for name, p in self.method.named_parameters() if name in self._trainable}
+        self.server_step.load_state_dict(state.get("server_step", {}), shapes)  # absent before FedAvgM
         self.client_states = state["clients"]
         self.progress = Progress(state["done"], state["history"], state["last_metrics"])
 

@@ -1,6 +1,8 @@
+import pytest
 import torch
 
-from fedclust.federation.aggregate import WeightedSum, is_finite
+from fedclust.errors import ConfigError
+from fedclust.federation.aggregate import ServerStep, WeightedSum, is_finite
 
 
 def test_weighted_average_by_sample_count():
@@ -38,3 +40,26 @@ def test_empty_sum_is_false_and_finite_check():
     assert not is_finite({"a": torch.tensor([float("inf")])})
     assert not is_finite({"w": torch.ones(2)}, {"centroids": torch.tensor([[float("nan")]])})  # payload checked too
     assert is_finite({}, {"labels": torch.tensor([1, 2])})
+
+
+def test_server_step_is_fedavg_by_default_and_fedavgm_otherwise():
+    """lr 1 / momentum 0 hands the average back untouched; otherwise global + lr * m, m = momentum * m + change,
+    on trainable keys only (a buffer keeps the plain average)."""
+    start = {"w": torch.tensor([1.0, 2.0]), "running_mean": torch.tensor([0.0])}
+    averaged = {"w": torch.tensor([2.0, 2.0]), "running_mean": torch.tensor([4.0])}
+    assert ServerStep()(averaged, start, {"w"}) is averaged
+
+    step = ServerStep(lr=2.0, momentum=0.5)
+    first = step(averaged, start, {"w"})
+    assert torch.equal(first["w"], torch.tensor([3.0, 2.0])) and torch.equal(first["running_mean"], torch.tensor([4.0]))
+    second = step({"w": torch.tensor([4.0, 2.0])}, first, {"w"})  # change (1, 0); m = 0.5 * (1, 0) + (1, 0)
+    assert torch.equal(second["w"], torch.tensor([6.0, 2.0]))
+
+
+def test_server_momentum_from_a_checkpoint_is_checked_before_use():
+    step = ServerStep(momentum=0.9)
+    step.load_state_dict({"w": torch.ones(2)}, {"w": torch.Size([2])})
+    assert torch.equal(step.state_dict()["w"], torch.ones(2, dtype=torch.float64))
+    for bad in ([1, 2], {"w": torch.ones(3)}, {"other": torch.ones(2)}, {"w": "text"}):
+        with pytest.raises(ConfigError, match="server_step"):
+            step.load_state_dict(bad, {"w": torch.Size([2])})

@@ -134,3 +134,22 @@ def test_a_diverged_client_is_left_out_before_its_payload_is_computed(monkeypatc
     assert 1 not in ended and {0, 2} <= set(ended)
     assert all(r["rejected"] == 1 for r in orch.progress.history)
     assert not math.isnan(orch.progress.last_metrics["nmi"])
+
+
+def test_server_momentum_changes_training_and_survives_a_resume(tmp_path):
+    """FedAvgM (federation.server_momentum) moves the global model beyond FedAvg's average, and a run stopped and
+    resumed from its checkpoint ends as the uninterrupted one: the momentum is saved with the server's state."""
+    method_args = dict(pretrain_rounds=3, cluster_rounds=1)
+    fed = FederationConfig(checkpoint_every=2, server_momentum=0.9)
+    common = dict(data=tiny_data(num_clients=3), seed=5, progress=False)
+    fit(tiny_ccfc(**method_args), run_dir=str(tmp_path / "plain"), federation=FederationConfig(), **common)
+    full = fit(tiny_ccfc(**method_args), run_dir=str(tmp_path / "full"), federation=fed, **common)
+    loss = [r["loss"] for r in read_metrics(tmp_path / "full/metrics.csv")]
+    assert loss[1:] != pytest.approx([r["loss"] for r in read_metrics(tmp_path / "plain/metrics.csv")][1:])
+
+    with interrupted_after_round(2):
+        fit(tiny_ccfc(**method_args), run_dir=str(tmp_path / "cut"), federation=fed, **common)
+    resumed = fit(tiny_ccfc(**method_args), resume=str(tmp_path / "cut"), federation=fed, **common)
+    assert resumed == pytest.approx(full, abs=1e-6)
+    cut = read_metrics(tmp_path / "cut/metrics.csv")
+    assert [r["loss"] for r in cut] == pytest.approx(loss, abs=1e-5)
