@@ -6,6 +6,7 @@ command line's values and calls `validate` before torch is imported; fit() calls
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -57,8 +58,8 @@ class FederationConfig:
             raise ConfigError("federation.fraction", self.fraction, "a number in (0, 1]")
         if not 0 <= self.disconnect_rate < 1:
             raise ConfigError("federation.disconnect_rate", self.disconnect_rate, "a number in [0, 1)")
-        if not self.server_lr > 0:
-            raise ConfigError("federation.server_lr", self.server_lr, "a positive number (1 is FedAvg)")
+        if not 0 < self.server_lr < math.inf:
+            raise ConfigError("federation.server_lr", self.server_lr, "a positive finite number (1 is FedAvg)")
         if not 0 <= self.server_momentum < 1:
             raise ConfigError("federation.server_momentum", self.server_momentum, "a number in [0, 1) (0 is none)")
         if self.rounds is not None and self.rounds < 1:

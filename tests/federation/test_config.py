@@ -23,8 +23,8 @@ def test_local_epochs_override_leaves_no_training_stages_alone():
 
 
 @pytest.mark.parametrize("field,value", [("fraction", 0.0), ("disconnect_rate", 1.0), ("rounds", 0),
-                                         ("eval_every", 0), ("server_lr", 0.0), ("server_momentum", 1.0),
-                                         ("server_momentum", -0.1)])
+                                         ("eval_every", 0), ("server_lr", 0.0), ("server_lr", float("inf")),
+                                         ("server_momentum", 1.0), ("server_momentum", -0.1)])
 def test_bad_values_name_the_field(field, value):
     with pytest.raises(ConfigError, match=f"federation.{field}"):
         FederationConfig(**{field: value}).validate()
