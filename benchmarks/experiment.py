@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,17 +97,17 @@ class Experiment:
     def key(self, column: str) -> str | None:
         """The grid key a column names (dotted, its last part, or its CSV column), or None."""
         keys = self.grid_keys
-        return column if column in keys else next((k for k in keys if column in (k.rsplit(".", 1)[-1],
-                                                                                 self.csv_column(k))), None)
+        return column if column in keys else next(
+            (k for k in keys if column in (k.rsplit(".", 1)[-1], self.csv_columns[k])), None)
 
-    def csv_column(self, key: str) -> str:
-        """A grid key's column in the results CSV: its last part ("data.p" -> "p"), "data" for data.name, the
-        dotted key where two keys share a last part."""
-        if key == "data.name":
-            return "data"
-        short = key.rsplit(".", 1)[-1]
-        clash = [k for k in self.grid_keys if k.rsplit(".", 1)[-1] == short] + (["data.name"] * (short == "data"))
-        return short if len(clash) <= 1 else key
+    @property
+    def csv_columns(self) -> dict[str, str]:
+        """The results CSV's setting columns, in order: data.name as "data", each grid key by its last part
+        ("data.p" -> "p"; dotted where two keys share one), and seed."""
+        keys = list(dict.fromkeys(["data.name", *self.grid_keys, "seed"]))
+        short = {k: "data" if k == "data.name" else k.rsplit(".", 1)[-1] for k in keys}
+        shared = Counter(short.values())
+        return {k: name if shared[name] == 1 else k for k, name in short.items()}
 
 
 def experiment_path(name: str, folder: Path) -> Path:

@@ -27,7 +27,7 @@ from sklearn.cluster import SpectralClustering
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.neighbors import kneighbors_graph
 
-from fedclust.clustering.knn_vote import knn_vote, nearest_neighbors
+from fedclust.clustering.knn_vote import nearest_neighbors, vote
 from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.metrics import purity
 from fedclust.clustering.spectral import spectral_clustering
@@ -101,11 +101,11 @@ def recluster(data, h: torch.Tensor, k: int, made: list, neighbors: int, seed: i
     return out
 
 
-def client_vote(data, h: torch.Tensor, labels: torch.Tensor, vote: int, k: int) -> np.ndarray:
-    """Each client's local kNN vote over its own samples (FedSpectral's vote_neighbors)."""
+def client_vote(data, graphs: list[torch.Tensor] | None, labels: torch.Tensor, k: int) -> np.ndarray:
+    """Each client's local kNN vote over its own neighbour graph (FedSpectral's vote_neighbors; None: no vote)."""
     out = labels.clone()
-    for idx in data.parts:
-        out[idx] = knn_vote(h[idx], labels[idx], vote, k)
+    for idx, graph in zip(data.parts, graphs or []):
+        out[idx] = vote(labels[idx], graph, k)
     return out.numpy()
 
 
@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> None:
         h = embed(data, method, weight)
         print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space "
               f"{method.hparams.cluster_space}, backbone_weight {method.hparams.get('backbone_weight', 1.0)}")
-        graphs = [nearest_neighbors(h[idx], 5) for idx in data.parts] if args.spread else []  # once per embedding
+        # each client's graph, once per embedding and neighbour count (the vote's, and spreading's 5)
+        counts = {v for v in args.votes if v > 0} | ({5} if args.spread else set())
+        graphs = {v: [nearest_neighbors(h[idx], v) for idx in data.parts] for v in counts}
         for size in args.sizes:
             made = [client_summaries(data, h, size, seed) for seed in range(args.seeds)]  # once for every setting
             if args.purity:
@@ -156,10 +158,10 @@ def main(argv: list[str] | None = None) -> None:
                     for by in args.label_by:
                         labels = recluster(data, h, k, made[seed], nb, seed, label_by=by)
                         for v in args.votes:
-                            found = client_vote(data, h, labels, v, k)
+                            found = client_vote(data, graphs.get(v), labels, k)
                             rows[by, f"vote_neighbors {v:2d}"].append(normalized_mutual_info_score(y, found))
                         for a in args.spread:
-                            found = client_spread(data, graphs, labels, a, k)
+                            found = client_spread(data, graphs[5], labels, a, k)
                             rows[by, f"spread alpha {a:g}"].append(normalized_mutual_info_score(y, found))
                 for (by, step), scores in rows.items():
                     print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  {step}  NMI "

@@ -6,6 +6,7 @@ its state, a running one the metrics of its last scored round."""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import statistics
@@ -91,7 +92,7 @@ def collect(exp: Experiment, root: Path) -> list[dict[str, object]]:
         started = start_record(root, run.point) if status != "stale" else {}
         row = {"label": run.label, **{k: setting(run.point, k) for k in ("data.name", "seed")}, **run.values,
                "state": status, "run": run.point.name,
-               **{m: found.get(m) for m in [*exp.metrics, "seconds"] if m != "commit"},
+               **{m: found.get(m) for m in exp.metrics if m != "commit"},
                **{k: started.get(k, "") for k in ("commit", "command", "machine", "started")}}
         row.update({f"paper_{ref['metric']}": paper_cell(exp, ref, run) for ref in exp.paper})
         rows.append(row)
@@ -109,29 +110,33 @@ def setting(point: Point, key: str) -> object:
     """A run's value of a dotted config key: its override, else its config file's (None when neither sets it)."""
     if key in point.overrides:
         return point.overrides[key]
-    try:
-        node: object = yaml.safe_load(Path(point.config).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
+    node = _config(point.config)
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
+@functools.cache
+def _config(path: str) -> object:
+    """A config file's YAML, read once per process (the runs of an entry share one)."""
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
 def write_csv(exp: Experiment, rows: list[dict], path: Path) -> None:
-    """One row per run: method, data, the grid's keys by their short names (p, seed, schedule...), state, the
-    metrics (seconds, the rounds' sum, always beside them), the papers' cells, commit and run folder."""
-    keys = list(dict.fromkeys(["data.name", *exp.grid_keys, "seed"]))
-    metrics = [m for m in exp.metrics if m != "commit"]
-    metrics += ["seconds"] * ("seconds" not in metrics)
-    names = ["method", *(exp.csv_column(k) for k in keys), "state", *metrics,
+    """One row per run: method, the settings by their CSV names (data, p, schedule, seed...), state, the metrics,
+    the papers' cells, commit and run folder."""
+    columns = exp.csv_columns
+    names = ["method", *columns.values(), "state", *[m for m in exp.metrics if m != "commit"],
              *[f"paper_{ref['metric']}" for ref in exp.paper], "commit", "run"]
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, names, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            named = {"method": row["label"], **{exp.csv_column(k): row.get(k) for k in keys},
-                     **{k: v for k, v in row.items() if k not in keys and k != "label"}}
+            named = {"method": row["label"], **{columns[k]: row.get(k) for k in columns},
+                     **{k: v for k, v in row.items() if k not in columns and k != "label"}}
             writer.writerow({k: "" if v is None else v for k, v in named.items()})
 
 

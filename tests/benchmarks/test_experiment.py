@@ -121,10 +121,10 @@ def test_the_results_csv_names_columns_as_the_issues_do(write_experiment, tiny_s
     spec = tiny_spec(overrides=overrides, grid={"data.p": [0, 1], "method.init_args.p": [2]},
                      table={"columns": ["method", "data.p", "nmi"]}, plot={"x": "data.p", "y": "nmi"})
     exp = load(str(write_experiment(spec)), ROOT)
-    assert [exp.csv_column(k) for k in exp.grid_keys] == ["data.p", "method.init_args.p"]
-    assert exp.csv_column("data.name") == "data" and exp.key("data.p") == "data.p"
+    assert exp.csv_columns == {"data.name": "data", "data.p": "data.p", "method.init_args.p": "method.init_args.p",
+                               "seed": "seed"}
+    assert exp.key("data.p") == "data.p" and exp.key("data") is None  # data.name is no grid key here
     write_csv(exp, collect(exp, tmp_path / "runs"), tmp_path / "out.csv")
     rows = list(csv.DictReader((tmp_path / "out.csv").open()))
     assert list(rows[0])[:6] == ["method", "data", "data.p", "method.init_args.p", "seed", "state"]
     assert (rows[1]["data"], rows[1]["data.p"], rows[1]["seed"], rows[1]["state"]) == ("fmnist", "1", "66", "pending")
-    assert "seconds" in rows[0]

@@ -33,7 +33,8 @@ def _fake_run(root, run, final=True, commit="abc123def456", record_fingerprint=N
 
 @pytest.fixture
 def tiny(write_experiment, tiny_spec, tmp_path):
-    path = write_experiment(tiny_spec(grid={"seed": [1, 2, 3, 4]}))
+    path = write_experiment(tiny_spec(grid={"seed": [1, 2, 3, 4]},
+                                      metrics=["nmi", "rounds", "seconds_per_round", "seconds", "commit"]))
     return load(str(path), path.parent), tmp_path / "runs" / "tiny", tmp_path / "results"
 
 
@@ -52,7 +53,7 @@ def test_report_shows_partial_results_with_their_state_and_commit(tiny):
     assert [r["state"] for r in rows] == ["done", "checkpointed", "pending", "stale"]
     assert rows[0]["commit"] == "abc123def456" and rows[0]["nmi"] == "0.75" and rows[0]["paper_nmi"] == "0.5"
     assert rows[0]["rounds"] == "3" and float(rows[0]["seconds_per_round"]) == 4.0  # median of metrics.csv seconds
-    assert float(rows[0]["seconds"]) == 15.0  # and their sum, the run's training time
+    assert float(rows[0]["seconds"]) == 15.0  # and their sum, the run's training time, where declared
     # the issues' columns: method, data (its name, from the overrides or the config file), the grid by short names
     assert list(rows[0])[:4] == ["method", "data", "seed", "state"]
     assert rows[0]["method"] == "k-FED" and rows[0]["data"] == "digits" and rows[0]["seed"] == "1"
