@@ -52,14 +52,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _do(opts: argparse.Namespace, command: str) -> int:
+    from .archive import archived
     from .experiment import load
     from .runner import PENDING, run, state
 
     if opts.command == "list" and opts.names:
         for name in opts.names:
             exp = load(name, opts.experiments)
+            kept = archived(exp, opts.results)
             for r in exp.runs:
-                print(f"{exp.name}  {r.point.name:40s} {state(opts.runs / exp.name, r)}")
+                print(f"{exp.name}  {r.point.name:40s} {state(opts.runs / exp.name, r, kept)}")
         return 0
     if opts.command == "list":
         for path in sorted(opts.experiments.glob("*.yaml")):
@@ -68,9 +70,11 @@ def _do(opts: argparse.Namespace, command: str) -> int:
             except FedclustError as error:
                 print(f"{path.stem:28s} invalid: {error}")
                 continue
-            states = [state(opts.runs / exp.name, r) for r in exp.runs]
+            kept = archived(exp, opts.results)
+            states = [state(opts.runs / exp.name, r, kept) for r in exp.runs]
             pending = sum(s in PENDING for s in states)
-            print(f"{exp.name:28s} {states.count('done'):3d} done {states.count('running'):3d} running "
+            done = states.count("done") + states.count("archived")
+            print(f"{exp.name:28s} {done:3d} done {states.count('running'):3d} running "
                   f"{pending:3d} pending  {exp.title}")
         return 0
     if opts.command == "results":
@@ -80,7 +84,8 @@ def _do(opts: argparse.Namespace, command: str) -> int:
         return 0
     exp = load(opts.name, opts.experiments)
     if opts.command == "run":
-        runs = run(exp, opts.runs / exp.name, command, opts.slots, opts.only, opts.devices, opts.nice, opts.threads)
+        runs = run(exp, opts.runs / exp.name, command, opts.slots, opts.only, opts.devices, opts.nice, opts.threads,
+                   archived(exp, opts.results))
         failed = [r["name"] for r in runs if r["status"] == "failed"]
         if failed:
             print(f"benchmarks: {len(failed)} run(s) failed: {', '.join(failed)} (logs in "

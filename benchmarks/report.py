@@ -15,8 +15,9 @@ from pathlib import Path
 import yaml
 
 from fedclust.errors import ConfigError
-from fedclust.sweep import Point, start_record
+from fedclust.sweep import Point, fingerprint, start_record
 
+from .archive import archived
 from .common import ROOT, machine, now
 from .experiment import FINAL, Experiment, paper_cell
 from .runner import state
@@ -77,26 +78,43 @@ def curve_table(exp: Experiment, root: Path, rows: list[dict]) -> list[str]:
     lines = [f"## {metric} per round", "", "| method | " + " | ".join(k.rsplit(".", 1)[-1] for k in exp.grid_keys)
              + " | " + " | ".join(str(r) for r in rounds) + " |", "|---" * (1 + len(exp.grid_keys) + len(rounds)) + "|"]
     for row in rows:
+        if row.get("archived"):  # its per-round record stayed in its folder, on another machine
+            lines.append(f"| {row['label']} | " + " | ".join(str(row.get(k, "")) for k in exp.grid_keys) + " | "
+                         + " | ".join("(not here)" for _ in rounds) + " |")
+            continue
         values = per_round(root / row["run"], metric)
         lines.append(f"| {row['label']} | " + " | ".join(str(row.get(k, "")) for k in exp.grid_keys) + " | "
                      + " | ".join(_cell(metric, values.get(r)) for r in rounds) + " |")
     return [*lines, ""]
 
 
-def collect(exp: Experiment, root: Path) -> list[dict[str, object]]:
-    """One row per point, in the experiment's order."""
-    rows = []
+def collect(exp: Experiment, root: Path, kept: dict[str, dict[str, str]] | None = None) -> list[dict[str, object]]:
+    """One row per point, in the experiment's order; a point whose folder is not here but whose committed row is
+    its run (`kept`: archive.archived) keeps that row's numbers and record, marked `archived`."""
+    rows, kept = [], kept or {}
     for run in exp.runs:
-        status = state(root, run)
-        found = measure(root / run.point.name) if status != "stale" else {}
-        started = start_record(root, run.point) if status != "stale" else {}
+        status = state(root, run, kept)
+        if status == "archived":
+            found, started = _from_row(kept[run.point.name]), kept[run.point.name]
+        else:
+            found = measure(root / run.point.name) if status != "stale" else {}
+            started = start_record(root, run.point) if status != "stale" else {}
         row = {"label": run.label, **{k: setting(run.point, k) for k in ("data.name", "seed")}, **run.values,
-               "state": status, "run": run.point.name,
+               "state": "done" if status == "archived" else status, "archived": status == "archived",
+               "run": run.point.name, "fingerprint": fingerprint(run.point) if status in ("done", "archived") else "",
                **{m: found.get(m) for m in exp.metrics if m != "commit"},
                **{k: started.get(k, "") for k in ("commit", "command", "machine", "started")}}
         row.update({f"paper_{ref['metric']}": paper_cell(exp, ref, run) for ref in exp.paper})
         rows.append(row)
     return rows
+
+
+def _from_row(row: dict[str, str]) -> dict[str, object]:
+    """A committed row's metrics as numbers (rounds a whole number), as measure gives them from a folder."""
+    found = {k: _number(v) for k, v in row.items()}
+    if found.get("rounds") is not None:
+        found["rounds"] = int(found["rounds"])
+    return found
 
 
 def _cell(name: str, value: object) -> str:
@@ -130,13 +148,14 @@ def write_csv(exp: Experiment, rows: list[dict], path: Path) -> None:
     the papers' cells, commit and run folder."""
     columns = exp.csv_columns
     names = ["method", *columns.values(), "state", *[m for m in exp.metrics if m != "commit"],
-             *[f"paper_{ref['metric']}" for ref in exp.paper], "commit", "run"]
+             *[f"paper_{ref['metric']}" for ref in exp.paper], "commit", "run",
+             "fingerprint", "started", "machine", "command"]  # the run's record: what archive.archived checks
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, names, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             named = {"method": row["label"], **{columns[k]: row.get(k) for k in columns},
-                     **{k: v for k, v in row.items() if k not in columns and k != "label"}}
+                     **{k: v for k, v in row.items() if k not in columns and k not in ("label", "archived")}}
             writer.writerow({k: "" if v is None else v for k, v in named.items()})
 
 
@@ -153,11 +172,17 @@ def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
     commands = sorted({row["command"] for row in made}) or [f"python -m benchmarks run {exp.name}"]
     machines = sorted({row["machine"] for row in made}) or ["none yet"]
     dates = f"{min(r['started'] for r in made)} to {max(r['started'] for r in made)}" if made else "none yet"
+    carried = sum(bool(row.get("archived")) for row in rows)
+    unrecorded = sum(bool(row.get("archived")) and not row["started"] for row in rows)
     lines = [MARK, f"# {exp.title}", "",
              f"Command: {', '.join(f'`{c}`' for c in commands)}, then `{command}` ({_shown(exp.path)}; "
-             f"{sum(r['state'] == 'done' for r in rows)} of {len(rows)} runs done).", "",
-             f"Machine: {'; '.join(machines)}. The runs' commands started {dates}; this file written {now()} on "
-             f"{machine(False)}.",
+             f"{sum(r['state'] == 'done' for r in rows)} of {len(rows)} runs done"
+             + (f"; {carried} of them read back from the committed {exp.name}.csv, their run folders not on the "
+                "machine that wrote this file (benchmarks/archive.py)" if carried else "") + ").", "",
+             f"Machine: {'; '.join(machines)}. The runs' commands started {dates}"
+             + (f" ({unrecorded} runs read back from a table written before the CSV kept machine and date: their "
+                "commit column says what they ran, the history of this file when)" if unrecorded else "")
+             + f"; this file written {now()} on {machine(False)}.",
              "", f"Data: {exp.data}", ""]
     if exp.notes:
         lines += [exp.notes.strip(), ""]
@@ -241,7 +266,7 @@ def report(exp: Experiment, root: Path, results: Path, command: str, replace: bo
     if md.exists() and not replace and not md.read_text(errors="replace").startswith(MARK):
         raise ConfigError("report", str(md), "a file this command wrote; this one holds numbers measured by a "
                           "former script (pass --replace to overwrite it; git keeps the old one)")
-    rows = collect(exp, root)
+    rows = collect(exp, root, archived(exp, results))  # before the CSV it reads is written again
     results.mkdir(parents=True, exist_ok=True)
     write_csv(exp, rows, results / f"{exp.name}.csv")
     text = markdown(exp, rows, command)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Container
 from pathlib import Path
 
 from fedclust.errors import ConfigError
@@ -21,12 +22,13 @@ from .experiment import Experiment, Run
 PENDING = ("pending", "checkpointed", "stale", "incomplete")  # what `run` (re)starts
 
 
-def state(root: Path, run: Run) -> str:
-    """done, running, checkpointed, stale (made with other settings: run sets it aside), incomplete (died
-    before its first checkpoint) or pending (never started)."""
+def state(root: Path, run: Run, kept: Container[str] = ()) -> str:
+    """done, archived (no folder here, but its row in the committed results is this point's run: `kept`, from
+    archive.archived), running, checkpointed, stale (made with other settings: run sets it aside), incomplete
+    (died before its first checkpoint) or pending (never started)."""
     folder = root / run.point.name
     if not folder.is_dir():
-        return "pending"
+        return "archived" if run.point.name in kept else "pending"
     if not made_with(start_record(root, run.point), run.point):
         return "stale"
     if (folder / "final.json").is_file():
@@ -59,10 +61,12 @@ def select(exp: Experiment, only: list[str] | None) -> list[Run]:
 
 
 def run(exp: Experiment, root: Path, command: str, slots: int = 1, only: list[str] | None = None,
-        devices: list[int] | None = None, nice: int = 10, threads: int | None = None) -> list[dict]:
+        devices: list[int] | None = None, nice: int = 10, threads: int | None = None,
+        kept: Container[str] = ()) -> list[dict]:
     """Start or resume the selected points (`slots` at a time on the CPU, OMP_NUM_THREADS = cores / slots, or
-    one per GPU of `devices`); every fit runs at niceness `nice` (inherited from this process)."""
-    runs = select(exp, only)
+    one per GPU of `devices`); every fit runs at niceness `nice` (inherited from this process). Points in
+    `kept` (archived: done elsewhere, their rows committed) are not run again."""
+    runs = [r for r in select(exp, only) if state(root, r, kept) != "archived"]
     for item in runs:  # a typo in an override stops everything before the first run
         check(item.point)
     if nice:

@@ -233,12 +233,16 @@ def fingerprint(point: Point) -> str:
     """What a point computes: its base config's content and its overrides. The YAML is parsed first, so editing a
     comment or the layout leaves finished points done (hashing the bytes once made 30 finished runs stale over a
     comment); a file that does not parse is hashed as text (fit reports it)."""
-    text = Path(point.config).read_text()
+    return fingerprint_of(Path(point.config).read_text(), point.overrides)
+
+
+def fingerprint_of(text: str, overrides: dict[str, object]) -> str:
+    """fingerprint of a config file's text (e.g. as an earlier commit held it) and overrides."""
     try:
         content = yaml.safe_load(text)
     except yaml.YAMLError:
         content = text
-    return hashlib.sha256(json.dumps([content, point.overrides], sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([content, overrides], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _bytes_fingerprint(point: Point) -> str:

@@ -4,10 +4,13 @@ folders hold: done, running, checkpointed, pending and stale points alike."""
 
 import csv
 import json
+import shutil
+import subprocess
 
 import pytest
 
 from benchmarks.__main__ import main
+from benchmarks.archive import archived
 from benchmarks.common import git_commit
 from benchmarks.experiment import load
 from benchmarks.report import MARK, measure, report
@@ -138,3 +141,60 @@ def test_run_then_report_end_to_end_and_resume(write_experiment, tiny_spec, tmp_
     assert main([*args, "run", str(path), *two]) == 0
     assert (first / "final.json").exists() and not first.with_name(first.name + ".incomplete-1").exists()
     assert (root / exp.runs[1].point.name / "final.json").stat().st_mtime == mtime  # done: not run again
+
+
+def _rewrite_csv(path, change):
+    rows = list(csv.DictReader(path.open()))
+    for row in rows:
+        change(row)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_a_fresh_checkout_keeps_the_committed_rows_of_runs_whose_folders_are_gone(tiny, monkeypatch):
+    exp, root, results = tiny
+    _fake_run(root, exp.runs[0])
+    _fake_run(root, exp.runs[1])
+    report(exp, root, results, "report")
+    first = list(csv.DictReader((results / "tiny.csv").open()))
+    assert first[0]["fingerprint"] == fingerprint(exp.runs[0].point) and first[2]["fingerprint"] == ""
+    shutil.rmtree(root)  # a new clone: the run folders were git-ignored, the results CSV was committed
+
+    kept = archived(exp, results)
+    assert sorted(kept) == [r.point.name for r in exp.runs[:2]]
+    assert [state(root, r, kept) for r in exp.runs] == ["archived", "archived", "pending", "pending"]
+    report(exp, root, results, "report")
+    again = list(csv.DictReader((results / "tiny.csv").open()))
+    assert again[:2] == first[:2]  # the same numbers and record, still done
+    text = (results / "tiny.md").read_text()
+    assert "| k-FED | done | 1 | 0.7500 |" in text and "2 of 4 runs done; 2 of them read back" in text
+
+    started = []
+    monkeypatch.setattr(sweep, "_run_point", lambda root_, point, *a, **k: started.append(point.name))
+    run(exp, root, "run", nice=0, kept=kept)
+    assert started == [r.point.name for r in exp.runs[2:]]  # archived runs are not run again
+
+
+def test_a_committed_row_made_with_other_settings_is_not_kept(tiny):
+    exp, root, results = tiny
+    _fake_run(root, exp.runs[0])
+    report(exp, root, results, "report")
+    shutil.rmtree(root)
+    _rewrite_csv(results / "tiny.csv", lambda row: row.update(fingerprint="another config"))
+    assert archived(exp, results) == {}
+    (results / "tiny.csv").write_bytes(b"\xff\x00 not a csv")  # a damaged file is no archive, not a crash
+    assert archived(exp, results) == {}
+
+
+def test_a_row_written_before_fingerprints_is_checked_against_its_commits_config(tiny):
+    exp, root, results = tiny
+    _fake_run(root, exp.runs[0])
+    _fake_run(root, exp.runs[1])
+    report(exp, root, results, "report")
+    shutil.rmtree(root)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    commits = iter([head, "0000000000000000000000000000000000000000"])  # the second: a commit git does not know
+    _rewrite_csv(results / "tiny.csv", lambda row: row.update(fingerprint="", commit=next(commits, "")))
+    assert sorted(archived(exp, results)) == [exp.runs[0].point.name]
