@@ -108,6 +108,12 @@ class FedSpectral(FederatedMethod):
         spread_alpha: Instead of the vote, spread the server's labels over the same graph (each sample and its
             ``vote_neighbors`` nearest, symmetrised, every edge 1) by label spreading (Zhou et al. 2004), 30 steps
             of F <- alpha S F + (1 - alpha) Y; 0: the vote. In [0, 1); needs ``vote_neighbors`` > 0. Local.
+        neighbor_positives: The share of each batch whose second view is made from one of the sample's
+            ``vote_neighbors`` nearest samples (drawn uniformly; the same graph, found at the round's start with
+            the global model) instead of from the sample itself, so that the contrastive term pulls neighbours
+            together as well as views (nearest-neighbour positives: NNCLR, Dwibedi et al., ICCV 2021; SCAN's
+            mined neighbours, Van Gansbeke et al., ECCV 2020). 0: off (every positive is the sample's own view).
+            In [0, 1]; needs ``vote_neighbors`` > 0. Local: the neighbours are the client's own samples.
     """
 
     payload_keys = ("summaries", "summary_sizes")
@@ -123,7 +129,8 @@ class FedSpectral(FederatedMethod):
                  summaries: Literal["kmeans", "balanced"] = "kmeans", neighbors: int = 10,
                  kernel: Literal["cosine", "self_tuning"] = "cosine",
                  cluster_space: Literal["backbone", "projection", "input+backbone"] = "backbone",
-                 backbone_weight: float = 1.0, vote_neighbors: int = 0, spread_alpha: float = 0.0):
+                 backbone_weight: float = 1.0, vote_neighbors: int = 0, spread_alpha: float = 0.0,
+                 neighbor_positives: float = 0.0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("summary_size", summary_size, 1), ("min_summary_size", min_summary_size, 1),
@@ -143,6 +150,11 @@ class FedSpectral(FederatedMethod):
         if spread_alpha and not vote_neighbors:
             raise ConfigError("method.spread_alpha", spread_alpha,
                               "0 while vote_neighbors is 0 (it spreads over the vote's neighbour graph)")
+        if not 0 <= neighbor_positives <= 1:
+            raise ConfigError("method.neighbor_positives", neighbor_positives, "a share in [0, 1]")
+        if neighbor_positives and not vote_neighbors:
+            raise ConfigError("method.neighbor_positives", neighbor_positives,
+                              "0 while vote_neighbors is 0 (the positives are the vote's neighbours)")
         if not decorrelation_weight >= 0:
             raise ConfigError("method.decorrelation_weight", decorrelation_weight, "a non-negative number")
         self.summaries: Tensor | None = None  # server: every client's summaries (S, d), unit norm
@@ -157,7 +169,7 @@ class FedSpectral(FederatedMethod):
         self.projector = nn.Sequential(nn.Linear(self.trunk.out_dim, hp.projector_hidden), nn.ReLU(inplace=True),
                                        nn.Linear(hp.projector_hidden, hp.latent_dim))
         if not info.is_image:
-            self.views = None  # vectors: views are the samples themselves plus Gaussian noise (see _views)
+            self.views = None  # vectors: views are the samples themselves plus Gaussian noise (see _view)
         elif hp.augment == "simsiam28":
             self.views = SimSiamViews28(scale=tuple(hp.crop_scale), sigma=tuple(hp.blur_sigma), jitter=hp.jitter,
                                         degrees=hp.rotation, flip_p=hp.flip)
@@ -187,18 +199,38 @@ class FedSpectral(FederatedMethod):
                                                                ctx.client_id), hp.summaries)
         ctx.state[LOCAL] = member.cpu()
         if hp.vote_neighbors:  # found now, in the features the summaries were made in; used when labels come back
-            ctx.state[VOTERS] = nearest_neighbors(h, hp.vote_neighbors).cpu()
+            neighbours = nearest_neighbors(h, hp.vote_neighbors)
+            ctx.state[VOTERS] = neighbours.cpu()
+            if hp.neighbor_positives:  # and by training: the positives of neighbor_positives
+                self._neighbours, self._client_data = neighbours, ctx.data
+                self._client_indices = ctx.data.indices.to(neighbours.device)
+                self._neighbour_gen = ctx.generator("neighbour-positives")
 
-    def _views(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        if self.views is None:  # vector data: two noisy copies (no image augmentation applies)
-            scale = 0.1 * x.std(0, keepdim=True)
-            return tuple(x + scale * torch.randn(x.shape, generator=self._augment_gen, device=x.device)
-                         for _ in range(2))
-        return self.views(x, self._augment_gen), self.views(x, self._augment_gen)
+    def _view(self, x: Tensor) -> Tensor:
+        if self.views is None:  # vector data: a noisy copy (no image augmentation applies)
+            return x + 0.1 * x.std(0, keepdim=True) * torch.randn(x.shape, generator=self._augment_gen,
+                                                                   device=x.device)
+        return self.views(x, self._augment_gen)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        x1, x2 = self._views(batch["x"])
+        x = batch["x"]
+        x1 = self._view(x)
+        x2 = self._view(self._with_neighbours(x, batch["index"]) if self.hparams.neighbor_positives else x)
         return self.representation_loss(self.projector(self.trunk(x1)), self.projector(self.trunk(x2)))
+
+    def _with_neighbours(self, x: Tensor, index: Tensor) -> Tensor:
+        """The batch with a neighbor_positives share of its samples replaced by one of their nearest neighbours."""
+        gen = self._neighbour_gen
+        at = torch.searchsorted(self._client_indices, index.to(self._client_indices.device))
+        row = self._neighbours[at]  # column 0: the sample itself
+        swap = (torch.rand(len(at), generator=gen, device=gen.device) < self.hparams.neighbor_positives)
+        if row.shape[1] < 2 or not swap.any():
+            return x
+        pick = torch.randint(1, row.shape[1], (len(at),), generator=gen, device=gen.device)
+        chosen = row[torch.arange(len(at), device=row.device), pick.to(row.device)][swap.to(row.device)]
+        x = x.clone()
+        x[swap.to(x.device)] = self._client_data.source.gather(self._client_indices[chosen]).to(x)
+        return x
 
     def representation_loss(self, z1: Tensor, z2: Tensor) -> Tensor:
         """NT-Xent between the two views' projections plus the weighted decorrelation of both."""

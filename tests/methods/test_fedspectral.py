@@ -124,10 +124,35 @@ def test_spreading_smooths_the_servers_labels_over_the_votes_own_graph():
                                  dict(temperature=0.0), dict(decorrelation_weight=-1.0),
                                  dict(vote_neighbors=-1), dict(backbone_weight=0.0), dict(flip=1.5),
                                  dict(rotation=-5.0), dict(vote_neighbors=5, spread_alpha=1.0),
-                                 dict(spread_alpha=0.5)])
+                                 dict(spread_alpha=0.5), dict(neighbor_positives=0.5),
+                                 dict(vote_neighbors=5, neighbor_positives=1.5)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_neighbour_positives_replace_that_share_of_a_batch_by_one_of_each_samples_own_neighbours(share):
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    method = tiny(vote_neighbors=3, neighbor_positives=share)
+    method.build(data.info)
+    ctx = _client(method, data, cid=1)
+    batch = next(data.client(1, 64).batches(torch.Generator().manual_seed(0)))
+    if not share:  # off: no neighbour table is kept for training, and the positives are the samples' own views
+        assert not hasattr(method, "_neighbours")
+        return
+    mixed = method._with_neighbours(batch["x"], batch["index"])
+    part, graph = data.parts[1], ctx.state["voters_of"]
+    replaced = 0
+    for row, (x, index) in enumerate(zip(mixed, batch["index"])):
+        at = int((part == index).nonzero())
+        own_neighbours = part[graph[at, 1:]]  # the client's own samples, found at the round's start
+        if torch.equal(x, batch["x"][row]):
+            continue
+        replaced += 1
+        assert any(torch.equal(x, data.gather(j.view(1))[0]) for j in own_neighbours)
+    assert replaced == len(mixed) if share == 1.0 else 0 < replaced < len(mixed)
+    method.training_step(batch, 0).backward()  # and it trains
 
 
 def test_vector_data_train_without_image_views(run_fit):
