@@ -10,7 +10,7 @@ never on the split you report; it refuses a test-split run.
 
 Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
            [--seeds 3] [--backbone-weights 1 1.4 2] [--label-by summary own-nearest all-nearest]
-           [--ceiling [5 20]] [--purity] [--spread 0.9 0.99]
+           [--ceiling [5 20]] [--purity] [--spread 0.9 0.99] [--draws 1 3 5]
 The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
 images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
 """
@@ -101,6 +101,27 @@ def recluster(data, h: torch.Tensor, k: int, made: list, neighbors: int, seed: i
     return out
 
 
+def recluster_draws(data, h: torch.Tensor, k: int, size: int, draws: int, seed: int, graphs: list[torch.Tensor],
+                    alpha: float) -> np.ndarray:
+    """Each client sends ``draws`` independent groupings of its samples into summaries (seeds apart), the server
+    clusters all of them in one spectral clustering (so their labels agree), each sample starts from the share of
+    its ``draws`` summaries in each cluster and the client spreads that over its own graph (``graphs``, alpha):
+    whether averaging out the summaries' own randomness helps (``draws`` 1 is FedSpectral)."""
+    made = [client_summaries(data, h, size, seed * 100 + r) for r in range(draws)]
+    points = torch.cat([m[0] for each in made for m in each])
+    sizes = torch.cat([m[2] for each in made for m in each])
+    server = spectral_clustering(points, k, neighbors=5, weights=sizes, seed=seed, kernel="self_tuning")
+    start, offset = torch.zeros(len(h), k), 0
+    for each in made:
+        for (summaries, member, _), idx in zip(each, data.parts):
+            start[idx] += F.one_hot(server[offset:offset + len(summaries)][member], k).float() / draws
+            offset += len(summaries)
+    out = torch.empty(len(h), dtype=torch.long)
+    for idx, graph in zip(data.parts, graphs):
+        out[idx] = label_spreading(graph, start[idx], k, alpha)
+    return out.numpy()
+
+
 def client_vote(data, graphs: list[torch.Tensor] | None, labels: torch.Tensor, k: int) -> np.ndarray:
     """Each client's local kNN vote over its own neighbour graph (FedSpectral's vote_neighbors; None: no vote)."""
     out = labels.clone()
@@ -135,7 +156,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="also the share of samples in a summary of their own majority class")
     ap.add_argument("--spread", type=float, nargs="+", default=[], metavar="ALPHA",
                     help="also label spreading over each client's 5-NN graph instead of the vote, with these alphas")
+    ap.add_argument("--draws", type=int, nargs="+", default=[], metavar="R",
+                    help="also R draws of every client's summaries clustered together, then spreading with the "
+                         "first --spread alpha (5 server neighbours, self-tuning graph)")
     args = ap.parse_args(argv)
+    if args.draws and not args.spread:
+        raise SystemExit("--draws spreads its labels: give --spread ALPHA too.")
     torch.set_num_threads(1)
     data, method = load(args.run)
     y, k = data.labels.numpy(), method.num_clusters
@@ -166,6 +192,12 @@ def main(argv: list[str] | None = None) -> None:
                 for (by, step), scores in rows.items():
                     print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  {step}  NMI "
                           + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
+            for draws in args.draws:
+                scores = [normalized_mutual_info_score(y, recluster_draws(data, h, k, size, draws, seed, graphs[5],
+                                                                          args.spread[0]))
+                          for seed in range(args.seeds)]
+                print(f"summary_size {size:3d}  draws {draws}  spread alpha {args.spread[0]:g}  NMI "
+                      + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
         for nb in [5] if args.ceiling == [] else args.ceiling or []:  # bare --ceiling: 5 neighbours
             print(f"ceiling: spectral clustering of every sample, {nb} neighbours: NMI "
                   f"{central_spectral_nmi(h, y, k, nb):.4f}", flush=True)

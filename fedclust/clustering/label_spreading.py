@@ -26,7 +26,8 @@ def label_spreading(neighbors_of: Tensor, labels: Tensor, num_labels: int, alpha
     Args:
         neighbors_of: Row i holds i's neighbours' indices (a column equal to i itself is ignored), as
             fedclust.clustering.knn_vote.nearest_neighbors returns them.
-        labels: Every node's label in [0, num_labels).
+        labels: Every node's label in [0, num_labels), or an (n, num_labels) start of scores (e.g. the share of
+            several labellings that gave each label).
         num_labels: Number of labels.
         alpha: In [0, 1): how far labels travel (0: unchanged).
         iterations: Steps of the fixed-point iteration (alpha^iterations is what is left of the start).
@@ -35,14 +36,14 @@ def label_spreading(neighbors_of: Tensor, labels: Tensor, num_labels: int, alpha
         raise ValueError(f"alpha must be in [0, 1), got {alpha}")
     n = len(labels)
     if alpha == 0 or n <= 1:
-        return labels.clone()
+        return labels.argmax(1) if labels.ndim == 2 else labels.clone()
     rows = torch.arange(n, device=neighbors_of.device).unsqueeze(1).expand_as(neighbors_of)
     keep = neighbors_of != rows
     src, dst = rows[keep], neighbors_of[keep]
     src, dst = torch.cat([src, dst]), torch.cat([dst, src])  # symmetric: W + W^T (a mutual pair counts twice)
     scale = torch.bincount(src, minlength=n).clamp_min(1).float().rsqrt()  # D^-1/2
     w = scale[src] * scale[dst]
-    start = F.one_hot(labels, num_labels).float()
+    start = labels.float() if labels.ndim == 2 else F.one_hot(labels, num_labels).float()
     found = start
     for _ in range(iterations):
         found = alpha * torch.zeros_like(found).index_add_(0, src, w.unsqueeze(1) * found[dst]) + (1 - alpha) * start

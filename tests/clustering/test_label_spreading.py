@@ -40,3 +40,16 @@ def test_an_even_split_of_the_chain_stays_split():
 def test_spreading_refuses_an_alpha_outside_zero_one():
     with pytest.raises(ValueError, match="alpha"):
         label_spreading(torch.zeros(3, 2, dtype=torch.long), torch.zeros(3, dtype=torch.long), 2, alpha=1.0)
+
+
+def test_a_start_of_scores_spreads_as_its_labels_do_and_a_split_vote_follows_the_graph():
+    z, truth = _two_groups()
+    graph = nearest_neighbors(z, 5)
+    noisy = truth.clone()
+    noisy[[0, 7, 14]] = 1
+    one_hot = torch.nn.functional.one_hot(noisy, 2).float()
+    assert torch.equal(label_spreading(graph, one_hot, 2, alpha=0.9), label_spreading(graph, noisy, 2, alpha=0.9))
+    assert torch.equal(label_spreading(graph, one_hot, 2, alpha=0.0), noisy)
+    undecided = one_hot.clone()
+    undecided[[3, 40]] = 0.5  # two nodes whose labellings disagreed: their neighbours decide
+    assert torch.equal(label_spreading(graph, undecided, 2, alpha=0.9), truth)
