@@ -114,6 +114,8 @@ class FedSpectral(FederatedMethod):
             together as well as views (nearest-neighbour positives: NNCLR, Dwibedi et al., ICCV 2021; SCAN's
             mined neighbours, Van Gansbeke et al., ECCV 2020). 0: off (every positive is the sample's own view).
             In [0, 1]; needs ``vote_neighbors`` > 0. Local: the neighbours are the client's own samples.
+            Measured on 10,000 Fashion-MNIST training images: no lift (0.649-0.655 at p = 0 and 0.644 at p = 0.5
+            against 0.649 / 0.646 off; fedspectral_recluster.md, seventh pass), so the packaged configs leave it off.
     """
 
     payload_keys = ("summaries", "summary_sizes")
