@@ -1,7 +1,7 @@
 """The one runner of the declared experiments (benchmarks/README.md).
 
     python -m benchmarks list [NAME ...]                       # runs done / running / pending (NAME: each run)
-    python -m benchmarks run NAME [--slots N] [--only LABEL ...] [--devices 0 1] [--nice 10]
+    python -m benchmarks run NAME [--slots N] [--only LABEL ...] [--where p=1.0 seed=0,1] [--devices 0 1] [--nice 10]
     python -m benchmarks report NAME                           # results/NAME.csv, NAME.md (+ NAME.png)
     python -m benchmarks results                               # docs/results.md from every results/NAME.csv
 
@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("name")
     run.add_argument("--slots", type=int, default=1, help="runs at a time on the CPU (threads: cores / slots)")
     run.add_argument("--only", nargs="+", metavar="LABEL", help="only these configs' labels")
+    run.add_argument("--where", nargs="+", metavar="KEY=VALUES",
+                     help="only the runs whose grid values match, e.g. p=1.0 seed=0,1")
     run.add_argument("--devices", type=int, nargs="+", help="GPU ids, one run per GPU at a time")
     run.add_argument("--nice", type=int, default=10, help="niceness of the runs (0: as this shell)")
     run.add_argument("--threads", type=int, help="threads per run (default: cores / slots)")
@@ -85,7 +87,7 @@ def _do(opts: argparse.Namespace, command: str) -> int:
     exp = load(opts.name, opts.experiments)
     if opts.command == "run":
         runs = run(exp, opts.runs / exp.name, command, opts.slots, opts.only, opts.devices, opts.nice, opts.threads,
-                   archived(exp, opts.results))
+                   archived(exp, opts.results), opts.where)
         failed = [r["name"] for r in runs if r["status"] == "failed"]
         if failed:
             print(f"benchmarks: {len(failed)} run(s) failed: {', '.join(failed)} (logs in "

@@ -53,20 +53,40 @@ def _locked(path: Path) -> bool:
         os.close(fd)
 
 
-def select(exp: Experiment, only: list[str] | None) -> list[Run]:
+def select(exp: Experiment, only: list[str] | None, where: list[str] | None = None) -> list[Run]:
+    """The runs of the labels ``only`` (all when None) whose grid values match every ``where`` condition,
+    "KEY=V1,V2" with KEY a grid key (dotted, its last part or its CSV column) and a value written as the grid
+    writes it (numbers compare as numbers: p=1 is p=1.0)."""
     for label in only or []:
         if label not in exp.labels:
             raise ConfigError("--only", label, f"a label of {exp.name} ({', '.join(exp.labels)})")
-    return [run for run in exp.runs if not only or run.label in only]
+    conditions = {}
+    for condition in where or []:
+        name, _, values = condition.partition("=")
+        key = exp.key(name)
+        if key is None or not values:
+            raise ConfigError("--where", condition, f"KEY=VALUE[,VALUE...] with KEY a grid key of {exp.name} "
+                              f"({', '.join(exp.grid_keys) or 'none'})")
+        conditions[key] = [_comparable(v) for v in values.split(",")]
+    return [run for run in exp.runs if (not only or run.label in only)
+            and all(_comparable(run.values.get(key)) in wanted for key, wanted in conditions.items())]
+
+
+def _comparable(value: object) -> object:
+    """A grid value or a --where one, so that 1, 1.0 and "1.0" agree."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def run(exp: Experiment, root: Path, command: str, slots: int = 1, only: list[str] | None = None,
         devices: list[int] | None = None, nice: int = 10, threads: int | None = None,
-        kept: Container[str] = ()) -> list[dict]:
+        kept: Container[str] = (), where: list[str] | None = None) -> list[dict]:
     """Start or resume the selected points (`slots` at a time on the CPU, OMP_NUM_THREADS = cores / slots, or
     one per GPU of `devices`); every fit runs at niceness `nice` (inherited from this process). Points in
-    `kept` (archived: done elsewhere, their rows committed) are not run again."""
-    runs = [r for r in select(exp, only) if state(root, r, kept) != "archived"]
+    `kept` (archived: done elsewhere, their rows committed) are not run again; `where`: see select."""
+    runs = [r for r in select(exp, only, where) if state(root, r, kept) != "archived"]
     for item in runs:  # a typo in an override stops everything before the first run
         check(item.point)
     if nice:

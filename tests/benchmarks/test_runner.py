@@ -14,7 +14,7 @@ from benchmarks.archive import archived
 from benchmarks.common import git_commit
 from benchmarks.experiment import load
 from benchmarks.report import MARK, measure, report
-from benchmarks.runner import run, state
+from benchmarks.runner import run, select, state
 from fedclust import sweep
 from fedclust.sweep import fingerprint
 
@@ -198,3 +198,16 @@ def test_a_row_written_before_fingerprints_is_checked_against_its_commits_config
     commits = iter([head, "0000000000000000000000000000000000000000"])  # the second: a commit git does not know
     _rewrite_csv(results / "tiny.csv", lambda row: row.update(fingerprint="", commit=next(commits, "")))
     assert sorted(archived(exp, results)) == [exp.runs[0].point.name]
+
+
+def test_where_runs_only_the_points_whose_grid_values_match(tiny, monkeypatch):
+    exp, root, _ = tiny  # seeds 1-4
+    assert [r.values["seed"] for r in select(exp, None, ["seed=2,4"])] == [2, 4]
+    assert [r.values["seed"] for r in select(exp, None, ["seed=3.0"])] == [3]  # numbers compare as numbers
+    started = []
+    monkeypatch.setattr(sweep, "_run_point", lambda root_, point, *a, **k: started.append(point.name))
+    run(exp, root, "run", nice=0, where=["seed=1"])
+    assert started == [exp.runs[0].point.name]
+    for bad in ("colour=red", "seed", "seed="):
+        with pytest.raises(Exception, match="--where"):
+            select(exp, None, [bad])
