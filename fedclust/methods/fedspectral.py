@@ -204,7 +204,7 @@ class FedSpectral(FederatedMethod):
             neighbours = nearest_neighbors(h, hp.vote_neighbors)
             ctx.state[VOTERS] = neighbours.cpu()
             if hp.neighbor_positives:  # and by training: the positives of neighbor_positives
-                self._neighbours, self._client_data = neighbours, ctx.data
+                self._neighbours, self._source = neighbours, ctx.data.source  # all on the data's device
                 self._client_indices = ctx.data.indices.to(neighbours.device)
                 self._neighbour_gen = ctx.generator("neighbour-positives")
 
@@ -222,16 +222,16 @@ class FedSpectral(FederatedMethod):
 
     def _with_neighbours(self, x: Tensor, index: Tensor) -> Tensor:
         """The batch with a neighbor_positives share of its samples replaced by one of their nearest neighbours."""
-        gen = self._neighbour_gen
-        at = torch.searchsorted(self._client_indices, index.to(self._client_indices.device))
+        gen, device = self._neighbour_gen, self._neighbours.device
+        at = torch.searchsorted(self._client_indices, index.to(device))
         row = self._neighbours[at]  # column 0: the sample itself
-        swap = (torch.rand(len(at), generator=gen, device=gen.device) < self.hparams.neighbor_positives)
+        swap = torch.rand(len(at), generator=gen, device=device) < self.hparams.neighbor_positives
         if row.shape[1] < 2 or not swap.any():
             return x
-        pick = torch.randint(1, row.shape[1], (len(at),), generator=gen, device=gen.device)
-        chosen = row[torch.arange(len(at), device=row.device), pick.to(row.device)][swap.to(row.device)]
+        pick = torch.randint(1, row.shape[1], (len(at),), generator=gen, device=device)
+        chosen = row[torch.arange(len(at), device=device), pick][swap]
         x = x.clone()
-        x[swap.to(x.device)] = self._client_data.source.gather(self._client_indices[chosen]).to(x)
+        x[swap] = self._source.gather(self._client_indices[chosen])
         return x
 
     def representation_loss(self, z1: Tensor, z2: Tensor) -> Tensor:
