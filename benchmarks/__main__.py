@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     except FedclustError as error:
         print(f"benchmarks: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C, or gpu_protocol.sh's budget (timeout -s INT): the sweep said how to go on
+        return 130
 
 
 def _do(opts: argparse.Namespace, command: str) -> int:

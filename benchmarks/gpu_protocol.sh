@@ -19,17 +19,18 @@ runs=${FEDCLUST_GPU_RUNS:-/tmp/fedclust_gpu}
 experiment=${FEDCLUST_GPU_EXPERIMENT:-gpu_protocol}
 
 if [ "${1:-}" = "prepare" ]; then
-  mkdir -p .git/info .whl .data/fashion-mnist
+  mkdir -p .git/info .whl .data/fmnist
   for d in /.whl/ /.data/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
   # pure-Python wheels the device image lacks (versions as constraints.txt pins them)
   pins=$(grep -E '^(jsonargparse|docstring-parser|typeshed-client)==' constraints.txt | cut -d' ' -f1)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 -d .whl $pins
-  cp /usr/share/datasets/fashion-mnist/*.gz .data/fashion-mnist/
+  # a shared data root is read through one folder per set (MNIST and Fashion-MNIST files share names)
+  cp /usr/share/datasets/fashion-mnist/*.gz .data/fmnist/
   # the copy on the device has no .git: the runs record the commit named here
   python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from common import git_commit; print(git_commit())" \
     > .data/commit
-  ls -la .whl .data/fashion-mnist; cat .data/commit
+  ls -la .whl .data/fmnist; cat .data/commit
   exit 0
 fi
 
@@ -39,7 +40,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-[ -d .data/fashion-mnist ] && export FEDCLUST_DATA_ROOT="$PWD/.data/fashion-mnist"
+[ -d .data/fmnist ] && export FEDCLUST_DATA_ROOT="$PWD/.data"
 [ -f .data/commit ] && export BENCHMARKS_COMMIT="$(cat .data/commit)"
 bench=(python3 -m benchmarks --runs "$runs")
 case "${1:-}" in

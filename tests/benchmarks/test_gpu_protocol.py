@@ -19,6 +19,7 @@ def _protocol(tmp_path: Path, experiment: Path, *args: str) -> str:
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_protocol.sh"), *args], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]  # a spent budget is news, not a crash
     return done.stdout
 
 
@@ -47,3 +48,18 @@ def test_calls_are_time_boxed_resumable_and_reported(tmp_path, write_experiment,
     rows = {r["run"]: r["state"] for r in csv.DictReader((tmp_path / "out" / "tiny.csv").open())}
     assert rows["quick_seed=1"] == "done"
     assert rows["long_seed=1"] in ("pending", "checkpointed", "incomplete")  # not running: nothing was left behind
+
+
+def test_prepared_data_folder_is_where_the_loader_looks(monkeypatch):
+    """`prepare` copies Fashion-MNIST to the folder the run step names as FEDCLUST_DATA_ROOT; the loader reads a
+    shared root only through one folder per set, so the copy must land in that set's folder (the first GPU
+    call found nothing in .data/fashion-mnist)."""
+    import re
+
+    from fedclust.data import catalog
+
+    script = (ROOT / "benchmarks" / "gpu_protocol.sh").read_text()
+    copied_to = re.search(r"cp /usr/share/datasets/fashion-mnist/\*\.gz (\S+)/\n", script).group(1)
+    root = re.search(r'export FEDCLUST_DATA_ROOT="\$PWD/([^"]+)"', script).group(1)
+    monkeypatch.setenv("FEDCLUST_DATA_ROOT", str(ROOT / root))
+    assert ROOT / copied_to in catalog.idx_folders("fmnist", None)
