@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from fedclust.clustering.kmeans import assign_nearest
 from fedclust.clustering.knn_vote import nearest_neighbors, vote
+from fedclust.clustering.label_history import vote_over_labellings
 from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import local_summaries
@@ -63,6 +64,7 @@ from fedclust.seeding import int_seed
 
 LOCAL = "summary_of"  # ctx.state: which of its summaries each of the client's samples is in
 VOTERS = "voters_of"  # ctx.state: each of the client's samples and its vote_neighbors nearest (vote_neighbors > 0)
+HISTORY = "labels_before"  # ctx.state: the client's labels of its last round_vote - 1 rounds (round_vote > 1)
 
 
 class FedSpectral(FederatedMethod):
@@ -116,6 +118,12 @@ class FedSpectral(FederatedMethod):
             In [0, 1]; needs ``vote_neighbors`` > 0. Local: the neighbours are the client's own samples.
             Measured on 10,000 Fashion-MNIST training images: no lift (0.649-0.655 at p = 0 and 0.644 at p = 0.5
             against 0.649 / 0.646 off; fedspectral_recluster.md, seventh pass), so the packaged configs leave it off.
+        round_vote: Each client labels its samples by a vote over its labels of the last ``round_vote`` rounds
+            (1: the last round's alone). The server names its clusters anew every round, so the client first
+            renames each earlier round's ids to the latest by overlap on its own samples
+            (fedclust/clustering/label_history.py); a tie keeps the latest label. Every round draws new
+            summaries and clusters them anew, and a sample on a boundary changes cluster from round to round;
+            the vote keeps the side most rounds put it on. Local: the client keeps round_vote - 1 label vectors.
     """
 
     payload_keys = ("summaries", "summary_sizes")
@@ -132,11 +140,12 @@ class FedSpectral(FederatedMethod):
                  kernel: Literal["cosine", "self_tuning"] = "cosine",
                  cluster_space: Literal["backbone", "projection", "input+backbone"] = "backbone",
                  backbone_weight: float = 1.0, vote_neighbors: int = 0, spread_alpha: float = 0.0,
-                 neighbor_positives: float = 0.0):
+                 neighbor_positives: float = 0.0, round_vote: int = 1):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("summary_size", summary_size, 1), ("min_summary_size", min_summary_size, 1),
-                                 ("neighbors", neighbors, 1), ("vote_neighbors", vote_neighbors, 0)):
+                                 ("neighbors", neighbors, 1), ("vote_neighbors", vote_neighbors, 0),
+                                 ("round_vote", round_vote, 1)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
         if not temperature > 0:
@@ -187,6 +196,8 @@ class FedSpectral(FederatedMethod):
     # --- client ------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:
         self._augment_gen = ctx.generator("augment")
+        if self.hparams.round_vote > 1:  # before this round replaces them: the labels the last round gave
+            self._remember_labels(ctx.client_id, ctx.state)
         # Summaries come from the global model, before local training: every client then describes its samples
         # in the one feature space the server clusters in. (Made by each client's locally trained model, as
         # CCFC's local centroids are, the summaries of one client sit closer to each other than to anyone
@@ -207,6 +218,22 @@ class FedSpectral(FederatedMethod):
                 self._neighbours, self._source = neighbours, ctx.data.source  # all on the data's device
                 self._client_indices = ctx.data.indices.to(neighbours.device)
                 self._neighbour_gen = ctx.generator("neighbour-positives")
+
+    def _remember_labels(self, client_id: int, state: dict[str, Any]) -> None:
+        """Adds the client's labels of its last round (the server's labels for its summaries, smoothed over its
+        graph, as predict gives them) to the round_vote - 1 it keeps."""
+        labels = self._client_labels(client_id, state)
+        if labels is not None:
+            kept = [h for h in self._history(state) if len(h) == len(labels)]
+            state[HISTORY] = (kept + [labels])[-(self.hparams.round_vote - 1):]
+
+    def _history(self, state: dict[str, Any]) -> list[Tensor]:
+        """The client's earlier labels, each a vector of valid cluster ids (a checkpoint is untrusted)."""
+        history = state.get(HISTORY)
+        if not isinstance(history, list):
+            return []
+        return [h for h in history if isinstance(h, Tensor) and h.ndim == 1 and h.dtype == torch.long
+                and h.numel() > 0 and int(h.min()) >= 0 and int(h.max()) < self.num_clusters]
 
     def _view(self, x: Tensor) -> Tensor:
         if self.views is None:  # vector data: a noisy copy (no image augmentation applies)
@@ -304,17 +331,29 @@ class FedSpectral(FederatedMethod):
             return label_spreading(voters, labels, self.num_clusters, self.hparams.spread_alpha)
         return vote(labels, voters, self.num_clusters)
 
+    def _client_labels(self, client_id: int, state: dict[str, Any]) -> Tensor | None:
+        """A client's samples' labels from the server's labels for its summaries of its last round, smoothed over
+        its graph; None when the server has none for it or its summary membership does not fit them."""
+        mapping, member = self.client_labels.get(client_id), state.get(LOCAL)
+        if mapping is None or not isinstance(member, Tensor) or member.dtype != torch.long or member.ndim != 1 \
+                or member.numel() == 0 or int(member.min()) < 0 or int(member.max()) >= len(mapping):
+            return None
+        return self._smooth_client_labels(mapping[member], state.get(VOTERS))
+
     @torch.no_grad()
     def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
         """Each sample of a client that sent summaries: the cluster of its summary (after the client's kNN vote, or
         label spreading with ``spread_alpha``, when ``vote_neighbors``); any other: the nearest summary's."""
         self.eval()
         labels = torch.full((len(data),), -1, dtype=torch.long)
-        for cid, mapping in self.client_labels.items():
-            member = client_states.get(cid, {}).get(LOCAL)
-            if member is not None and len(member) == len(data.parts[cid]):
-                labels[data.parts[cid].cpu()] = self._smooth_client_labels(mapping[member],
-                                                                           client_states[cid].get(VOTERS))
+        for cid in self.client_labels:
+            state = client_states.get(cid, {})
+            mine = self._client_labels(cid, state)
+            if mine is not None and len(mine) == len(data.parts[cid]):
+                if self.hparams.round_vote > 1:
+                    earlier = [h for h in self._history(state) if len(h) == len(mine)]
+                    mine = vote_over_labellings([*earlier[-(self.hparams.round_vote - 1):], mine], self.num_clusters)
+                labels[data.parts[cid].cpu()] = mine
         missing = (labels < 0).nonzero().squeeze(1)
         if len(missing):
             labels[missing] = torch.cat([self.assign(x).cpu() for x in data.iter_indices(missing)])

@@ -73,3 +73,17 @@ def test_cluster_holdings_names_the_true_clusters_each_model_holds_and_the_empty
     cluster_holdings([str(run)])
     assert capsys.readouterr().out.strip() == ("run: purity 0.7000; model 0: 10 = 0 (5) + 1 (5); model 1: 5 = 2 (4); "
                                                "model 2: 5 = 3 (5); model 3: empty")
+
+
+def test_round_vote_probe_keeps_every_scorings_labels_and_votes_over_the_last_rounds(tmp_path, capsys):
+    from benchmarks.fedspectral_round_vote import main as round_vote
+
+    run = tmp_path / "run"
+    assert round_vote(["record", str(run), "--", "--config", "quickstart", "--data.split", "train",
+                       "--federation.rounds", "3", "--federation.eval_every", "1", "--fabric.accelerator", "cpu"]) == 0
+    kept = torch.load(run / "round_labels.pt", weights_only=True)
+    assert len(kept["labels"]) >= 3 and sum(len(p) for p in kept["parts"]) == len(kept["labels"][-1])
+    capsys.readouterr()
+    round_vote(["score", str(run), "--last", "1", "3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith(f"{run}: 3 rounds") and "vote over the last  3 rounds: NMI 0." in lines[-1]

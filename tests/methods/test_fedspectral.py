@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fedclust.clustering.knn_vote import knn_vote, vote
+from fedclust.clustering.label_history import vote_over_labellings
 from fedclust.clustering.label_spreading import label_spreading
 from fedclust.contract import ClientContext, ClientSession, ClientUpdate, RoundContext, Stage
 from fedclust.data.config import build_federated_data
@@ -120,12 +121,39 @@ def test_spreading_smooths_the_servers_labels_over_the_votes_own_graph():
         assert not torch.equal(labels[part], vote(own, graph, method.num_clusters))  # spread, not voted
 
 
+def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    method = tiny(vote_neighbors=4, round_vote=3)
+    method.build(data.info)
+    states = {cid: {} for cid in range(data.num_clients)}
+    each_round = {cid: [] for cid in range(data.num_clients)}
+    for rnd in range(4):
+        updates = []
+        for cid in range(data.num_clients):
+            ctx = ClientContext(cid, Stage("train", 4), 0, rnd, data.client(cid, 64), states[cid], 0)
+            method.session = ClientSession(ctx)
+            method.on_client_start(ctx)
+            updates.append(ClientUpdate(cid, len(data.parts[cid]), method.on_client_end(ctx)))
+        method.session = None
+        method.aggregate(None, updates, RoundContext(Stage("train", 4), 0, rnd, 0))
+        for cid in range(data.num_clients):  # the round's own labels: the server's, voted over the client's graph
+            own = method.client_labels[cid][states[cid]["summary_of"]]
+            each_round[cid].append(vote(own, states[cid]["voters_of"], method.num_clusters))
+    labels = method.predict(data, states)
+    for cid, part in enumerate(data.parts):
+        assert [len(h) for h in states[cid]["labels_before"]] == [len(part)] * 2  # round_vote - 1 kept
+        assert torch.equal(labels[part], vote_over_labellings(each_round[cid][-3:], method.num_clusters))
+    assert any(not torch.equal(r[0], r[-1]) for r in each_round.values())  # the rounds did differ
+    states[0]["labels_before"] = ["not labels", torch.full((len(data.parts[0]),), 99)]  # untrusted: ignored
+    assert torch.equal(method.predict(data, states)[data.parts[0]], each_round[0][-1])
+
+
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(min_summary_size=0), dict(neighbors=0),
                                  dict(temperature=0.0), dict(decorrelation_weight=-1.0),
                                  dict(vote_neighbors=-1), dict(backbone_weight=0.0), dict(flip=1.5),
                                  dict(rotation=-5.0), dict(vote_neighbors=5, spread_alpha=1.0),
                                  dict(spread_alpha=0.5), dict(neighbor_positives=0.5),
-                                 dict(vote_neighbors=5, neighbor_positives=1.5)])
+                                 dict(vote_neighbors=5, neighbor_positives=1.5), dict(round_vote=0)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)

@@ -1,0 +1,34 @@
+"""One labelling from several labellings of the same samples whose label ids need not agree (a vote over rounds).
+
+A federated clustering that re-clusters every round names its clusters anew each time: cluster 3 of one round
+may be cluster 7 of the next. To combine a client's last few labellings of its own samples, each earlier
+labelling's ids are renamed to the ids of the latest by overlap (an id becomes the latest id most of its samples
+carry), then every sample takes the label most labellings give it. This needs nothing but the labellings: no
+ground truth, no other client's data. (Plain majority mapping rather than Hungarian matching: a client under
+label skew holds few clusters, and two earlier ids that both landed mostly in one latest cluster should both map
+there, which a one-to-one matching forbids.)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def renamed_to(earlier: Tensor, latest: Tensor, num_labels: int) -> Tensor:
+    """``earlier`` with each id replaced by the ``latest`` id most of its samples carry (ties: the smallest)."""
+    overlap = torch.zeros(num_labels, num_labels, dtype=torch.long)
+    overlap.index_put_((earlier, latest), torch.ones_like(latest), accumulate=True)
+    return overlap.argmax(1)[earlier]
+
+
+def vote_over_labellings(labellings: list[Tensor], num_labels: int) -> Tensor:
+    """Each sample's most frequent label over ``labellings`` (each (n,), ids in [0, num_labels)), all renamed to the
+    last one's ids; a tie goes to the last labelling's label. One labelling is returned as a copy."""
+    latest = labellings[-1]
+    rows = torch.arange(len(latest))
+    votes = torch.zeros(len(latest), num_labels)
+    for labels in labellings:
+        votes[rows, renamed_to(labels, latest, num_labels)] += 1
+    votes[rows, latest] += 0.5
+    return votes.argmax(1)
