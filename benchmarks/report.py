@@ -10,6 +10,7 @@ import functools
 import json
 import math
 import statistics
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -252,7 +253,9 @@ def plot(exp: Experiment, rows: list[dict], path: Path) -> bool:
         if xy:
             ax.plot(*zip(*xy), "x:", color=colour[label], label=f"{label}, paper")
     source = "; ".join(ref["source"] for ref in exp.paper if ref["metric"] == y)
-    ax.set(xlabel=exp.plot["x"], ylabel=y, title=exp.title + (f"\npaper: {source}" if source else ""))
+    title = [exp.title] + ([f"paper: {source}"] if source else [])  # wrapped: a long title ran off the figure
+    ax.set(xlabel=exp.plot["x"], ylabel=y)
+    ax.set_title("\n".join(textwrap.fill(t, 80) for t in title), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
