@@ -26,6 +26,8 @@ def vote_over_labellings(labellings: list[Tensor], num_labels: int) -> Tensor:
     """Each sample's most frequent label over ``labellings`` (each (n,), ids in [0, num_labels)), all renamed to the
     last one's ids; a tie goes to the last labelling's label. One labelling is returned as a copy."""
     latest = labellings[-1]
+    if len(labellings) == 1:
+        return latest.clone()
     rows = torch.arange(len(latest))
     votes = torch.zeros(len(latest), num_labels)
     for labels in labellings:

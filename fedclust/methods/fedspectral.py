@@ -228,16 +228,17 @@ class FedSpectral(FederatedMethod):
         graph, as predict gives them) to the round_vote - 1 it keeps."""
         labels = self._client_labels(client_id, state)
         if labels is not None:
-            kept = [h for h in self._history(state) if len(h) == len(labels)]
-            state[HISTORY] = (kept + [labels])[-(self.hparams.round_vote - 1):]
+            state[HISTORY] = (self._history(state, len(labels)) + [labels])[-(self.hparams.round_vote - 1):]
 
-    def _history(self, state: dict[str, Any]) -> list[Tensor]:
-        """The client's earlier labels, each a vector of valid cluster ids (a checkpoint is untrusted)."""
+    def _history(self, state: dict[str, Any], n: int) -> list[Tensor]:
+        """The client's kept earlier labels of its n samples that are valid cluster ids (a checkpoint is untrusted),
+        the last round_vote - 1 of them."""
         history = state.get(HISTORY)
         if not isinstance(history, list):
             return []
-        return [h for h in history if isinstance(h, Tensor) and h.ndim == 1 and h.dtype == torch.long
-                and h.numel() > 0 and int(h.min()) >= 0 and int(h.max()) < self.num_clusters]
+        valid = [h for h in history if isinstance(h, Tensor) and h.ndim == 1 and h.dtype == torch.long
+                 and len(h) == n and int(h.min()) >= 0 and int(h.max()) < self.num_clusters]
+        return valid[-(self.hparams.round_vote - 1):] if self.hparams.round_vote > 1 else []
 
     def _view(self, x: Tensor) -> Tensor:
         if self.views is None:  # vector data: a noisy copy (no image augmentation applies)
@@ -355,9 +356,7 @@ class FedSpectral(FederatedMethod):
             state = client_states.get(cid, {})
             mine = self._client_labels(cid, state)
             if mine is not None and len(mine) == len(data.parts[cid]):
-                if self.hparams.round_vote > 1:
-                    earlier = [h for h in self._history(state) if len(h) == len(mine)]
-                    mine = vote_over_labellings([*earlier[-(self.hparams.round_vote - 1):], mine], self.num_clusters)
+                mine = vote_over_labellings([*self._history(state, len(mine)), mine], self.num_clusters)
                 labels[data.parts[cid].cpu()] = mine
         missing = (labels < 0).nonzero().squeeze(1)
         if len(missing):
