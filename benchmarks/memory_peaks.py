@@ -36,6 +36,9 @@ RUNS = {  # label -> (packaged config, overrides)
     # the projector's first layer (2,304 x 512) is what makes FedSpectral's model larger than CCFC's: half as wide
     "FedSpectral (3 rounds), projector_hidden 256": ("fedspectral_fmnist", {"method.init_args.rounds": 3,
                                                                             "method.init_args.projector_hidden": 256}),
+    # the projector sees each of the trunk's 256 channels' mean instead of its 2,304 flat features
+    "FedSpectral (3 rounds), projector_input pooled": ("fedspectral_fmnist", {
+        "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled"}),
     # the shipped model, but no client keeps its Adam state between rounds (a fresh optimizer every round)
     "FedSpectral (3 rounds), optimizer_state reset": ("fedspectral_fmnist", {"method.init_args.rounds": 3,
                                                                              "federation.optimizer_state": "reset"}),

@@ -64,6 +64,7 @@ from fedclust.errors import ConfigError, NotFittedError
 from fedclust.losses.contrastive import nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.nn.backbones import build_backbone
+from fedclust.nn.heads import ChannelMean
 from fedclust.seeding import int_seed
 
 LOCAL = "summary_of"  # ctx.state: which of its summaries each of the client's samples is in
@@ -80,6 +81,11 @@ class FedSpectral(FederatedMethod):
         norm: "group" (GroupNorm / LayerNorm in the trunk: what a client learns does not depend on its class mix)
             or "batch".
         projector_hidden: Hidden width of the projector (Linear + ReLU + Linear, no normalisation).
+        projector_input: What the projector sees of the trunk's output: "flat" (all of it: on convnet28 256 maps of
+            3 x 3, so the projector's first layer is 2,304 x ``projector_hidden``) or "pooled" (each channel's mean:
+            256 numbers, global average pooling as SimCLR's ResNet has before its projector; 9 times fewer weights in
+            that layer, so every client keeps a smaller model and Adam state). The clustering space is unchanged
+            (``cluster_space``). The same for backbones whose output is pooled already.
         latent_dim: Width of the projection z the contrastive and decorrelation terms see.
         rounds: Communication rounds.
         local_epochs: Local epochs per round.
@@ -133,7 +139,8 @@ class FedSpectral(FederatedMethod):
     payload_keys = ("summaries", "summary_sizes")
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28",
-                 norm: Literal["group", "batch"] = "group", projector_hidden: int = 512, latent_dim: int = 128,
+                 norm: Literal["group", "batch"] = "group", projector_hidden: int = 512,
+                 projector_input: Literal["flat", "pooled"] = "flat", latent_dim: int = 128,
                  rounds: int = 130, local_epochs: int = 1, batch_size: int = 128, lr: float = 1e-3,
                  temperature: float = 0.5, decorrelation_weight: float = 1.0,
                  augment: Literal["simsiam28", "color"] = "simsiam28", crop_scale: tuple[float, float] = (0.5, 1.0),
@@ -152,6 +159,8 @@ class FedSpectral(FederatedMethod):
                                  ("round_vote", round_vote, 1)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
+        if projector_input not in ("flat", "pooled"):
+            raise ConfigError("method.projector_input", projector_input, "flat or pooled")
         if not temperature > 0:
             raise ConfigError("method.temperature", temperature, "a positive number")
         if not 0 <= flip <= 1:
@@ -181,7 +190,9 @@ class FedSpectral(FederatedMethod):
         hp = self.hparams
         self.trunk = build_backbone(hp.backbone, info.in_channels, info.input_size or None,
                                     in_features=info.num_features, resize=hp.resize, norm=hp.norm)
-        self.projector = nn.Sequential(nn.Linear(self.trunk.out_dim, hp.projector_hidden), nn.ReLU(inplace=True),
+        pool = [ChannelMean(self.trunk.out_channels)] if hp.projector_input == "pooled" else []
+        width = self.trunk.out_channels if pool else self.trunk.out_dim
+        self.projector = nn.Sequential(*pool, nn.Linear(width, hp.projector_hidden), nn.ReLU(inplace=True),
                                        nn.Linear(hp.projector_hidden, hp.latent_dim))
         if not info.is_image:
             self.views = None  # vectors: views are the samples themselves plus Gaussian noise (see _view)

@@ -1,7 +1,9 @@
 """Encoder trunks: CCFC's 28x28 ConvNet, an MLP for vector data and torchvision ResNets.
 
 Every module returned here has an int attribute ``out_dim`` (the width of its flat output), so heads
-can be built without a dummy forward pass.
+can be built without a dummy forward pass, and ``out_channels``: the output is ``out_channels`` maps of
+``out_dim / out_channels`` positions each, flattened channel by channel (ConvNet28's 256 x 3 x 3; the others pool or
+are vectors already, so theirs is ``out_dim``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class ConvNet28(nn.Module):
         if size < 1:
             raise ConfigError("data.input_size", input_size, "at least 8 pixels for convnet28")
         self.net = nn.Sequential(*layers, nn.Flatten())
-        self.out_dim = 256 * size * size
+        self.out_dim, self.out_channels = 256 * size * size, 256
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -66,7 +68,7 @@ class MLPBackbone(nn.Module):
             layers += [nn.Linear(d, hidden), normal, nn.ReLU(inplace=True)]
             d = hidden
         self.net = nn.Sequential(*layers)
-        self.out_dim = d
+        self.out_dim = self.out_channels = d
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -93,7 +95,7 @@ def resnet(depth: int = 18, in_channels: int = 3, cifar_stem: bool = False, norm
     if cifar_stem or in_channels != 3:
         # torchvision's own init for conv layers, so a replaced stem starts like the original one
         nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
-    net.out_dim = net.fc.in_features
+    net.out_dim = net.out_channels = net.fc.in_features  # after torchvision's global average pool
     net.fc = nn.Identity()
     return net
 
@@ -104,7 +106,7 @@ class Resized(nn.Module):
     def __init__(self, net: nn.Module, size: int):
         super().__init__()
         self.net, self.size = net, size
-        self.out_dim = int(net.out_dim)
+        self.out_dim, self.out_channels = int(net.out_dim), int(net.out_channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-2:] != (self.size, self.size):

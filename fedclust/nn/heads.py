@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torch import nn
+from torch import Tensor, nn
 
 
 def projector(in_dim: int, hidden: int = 256, out_dim: int = 256,
@@ -33,3 +33,15 @@ def byol_mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
     """BYOL's projector / predictor: Linear + BN + ReLU + Linear."""
     return nn.Sequential(nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
                          nn.Linear(hidden, out_dim))
+
+
+class ChannelMean(nn.Module):
+    """The mean of each channel over its positions, from a backbone's flat output of ``channels`` maps (global average
+    pooling; the identity on output that is pooled already, where there is one position a channel)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.channels = channels
+
+    def forward(self, h: Tensor) -> Tensor:
+        return h.view(len(h), self.channels, -1).mean(2)

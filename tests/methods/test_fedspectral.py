@@ -153,7 +153,8 @@ def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
                                  dict(vote_neighbors=-1), dict(backbone_weight=0.0), dict(flip=1.5),
                                  dict(rotation=-5.0), dict(vote_neighbors=5, spread_alpha=1.0),
                                  dict(spread_alpha=0.5), dict(neighbor_positives=0.5),
-                                 dict(vote_neighbors=5, neighbor_positives=1.5), dict(round_vote=0)])
+                                 dict(vote_neighbors=5, neighbor_positives=1.5), dict(round_vote=0),
+                                 dict(projector_input="mean")])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
@@ -181,6 +182,27 @@ def test_neighbour_positives_replace_that_share_of_a_batch_by_one_of_each_sample
         assert any(torch.equal(x, data.gather(j.view(1))[0]) for j in own_neighbours)
     assert replaced == len(mixed) if share == 1.0 else 0 < replaced < len(mixed)
     method.training_step(batch, 0).backward()  # and it trains
+
+
+def test_a_pooled_projector_input_sees_each_channels_mean_and_shrinks_the_model():
+    """projector_input "pooled": the projector's first layer takes the trunk's 256 channel means instead of its
+    2,304 flat features (convnet28 on 28 x 28), and the clustering space (embed) does not change."""
+    from fedclust.data.info import DataInfo
+
+    info = DataInfo(num_classes=10, in_channels=1, input_size=28, num_features=784, is_image=True,
+                    min_client_size=100)
+    flat, pooled = (FedSpectral(projector_input=kind, latent_dim=16) for kind in ("flat", "pooled"))
+    for method in (flat, pooled):
+        method.build(info)
+    first = [m for m in pooled.projector if isinstance(m, torch.nn.Linear)][0]
+    assert first.in_features == 256 and flat.projector[0].in_features == 2304
+    assert sum(p.numel() for p in pooled.parameters()) < sum(p.numel() for p in flat.parameters()) - 1_000_000
+    pooled.trunk.load_state_dict(flat.trunk.state_dict())
+    x = torch.rand(4, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(pooled.embed(x), flat.embed(x))
+        assert torch.allclose(pooled.projector(pooled.trunk(x)), pooled.projector[1:](
+            pooled.trunk.net[:-1](x).mean((2, 3))), atol=1e-6)
 
 
 def test_vector_data_train_without_image_views(run_fit):

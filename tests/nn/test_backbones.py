@@ -18,6 +18,26 @@ def test_convnet28_out_dim(size, dim):
     assert _out(net, (2, 1, size, size)).shape == (2, dim)
 
 
+@pytest.mark.parametrize("name", BACKBONES)
+def test_out_channels_split_the_flat_output_into_whole_maps(name):
+    """A ChannelMean over out_channels is global average pooling of the trunk's last maps (ConvNet28), and the
+    identity where the trunk pools already (ResNets, whose out_channels is out_dim)."""
+    from fedclust.nn.heads import ChannelMean
+
+    net = build_backbone(name, 1, 28)
+    assert net.out_dim % net.out_channels == 0
+    if name == "convnet28":
+        x = torch.rand(2, 1, 28, 28)
+        with torch.no_grad():
+            flat, maps = net.eval()(x), net.net[:-1](x)  # the maps before the flatten: 256 x 3 x 3
+        assert net.out_channels == maps.shape[1] == 256
+        assert torch.allclose(ChannelMean(net.out_channels)(flat), maps.mean((2, 3)), atol=1e-6)
+    else:
+        h = _out(net, (2, 1, 28, 28))
+        assert net.out_channels == net.out_dim and torch.equal(ChannelMean(net.out_channels)(h), h)
+    assert build_backbone(name, 1, 8, resize=28).out_channels == net.out_channels  # Resized keeps it
+
+
 def test_convnet28_layers_match_ccfc():
     convs = [m for m in ConvNet28().modules() if isinstance(m, torch.nn.Conv2d)]
     assert [(c.in_channels, c.out_channels) for c in convs] == [(1, 64), (64, 128), (128, 256)]
