@@ -223,7 +223,7 @@ class FedSpectral(FederatedMethod):
         # else's, and the spectral graph groups clients instead of classes: NMI 0.13 against 0.66 on digits.)
         self.eval()
         with torch.no_grad():
-            h = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
+            h = ctx.data.map_all(self.embed)
         self.train()
         hp = self.hparams
         self._summaries, member, self._summary_sizes = local_summaries(
