@@ -295,12 +295,15 @@ class FedSpectral(FederatedMethod):
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
         super().aggregate(averaged, updates, ctx)
+        self.summaries = self.summary_labels = None  # the last round's (S x 3,088 floats) go before the new ones come
         points = torch.cat([u.payload["summaries"] for u in updates])
         sizes = torch.cat([u.payload["summary_sizes"] for u in updates])
         labels = spectral_clustering(points, self.num_clusters, neighbors=self.hparams.neighbors, weights=sizes,
                                      seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index, ctx.round),
                                      kernel=self.hparams.kernel)
-        self.summaries, self.summary_labels = F.normalize(points, dim=1), labels
+        # F.normalize's arithmetic, in place: no second copy of every summary
+        self.summaries = points.div_(points.norm(dim=1, keepdim=True).clamp_min(1e-12))
+        self.summary_labels = labels
         offsets = torch.tensor([0] + [len(u.payload["summaries"]) for u in updates]).cumsum(0)
         self.client_labels.update({u.client_id: labels[offsets[i]:offsets[i + 1]].cpu()
                                    for i, u in enumerate(updates)})
