@@ -4,7 +4,7 @@ is an index tensor into them. Batches are gathered by indexing, so a client cost
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -113,24 +113,6 @@ class ClientData:
         batch size unless told otherwise: a client is sized for its training batches, and embedding its whole share
         in one eval batch of 1,024 raised FedSpectral's peak by 30-60 MB (benchmarks/results/memory_peaks.md)."""
         yield from self.source.iter_indices(self.indices, batch_size or self.batch_size)
-
-    def map_all(self, fn: Callable[[Tensor], Tensor], batch_size: int | None = None) -> Tensor:
-        """``fn`` of every batch of :meth:`iter_all`, joined in index order (a client's embedding of its samples).
-
-        Written into one tensor sized at the first batch, so the batches' outputs are never held twice, as a list
-        beside the ``torch.cat`` of it (FedSpectral's 1,000 x 3,088 embedding: 12 MB saved at its peak,
-        benchmarks/results/memory_peaks.md)."""
-        out: Tensor | None = None
-        start = 0
-        for x in self.iter_all(batch_size):
-            y = fn(x)
-            if out is None:
-                out = y.new_empty((len(self), *y.shape[1:]))
-            out[start:start + len(y)] = y
-            start += len(y)
-        if out is None:
-            raise ValueError(f"client {self.client_id} holds no samples to map")
-        return out
 
     def all_x(self) -> Tensor:
         """All the client's samples as one float tensor (for methods without a network)."""

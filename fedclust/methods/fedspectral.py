@@ -10,8 +10,9 @@ whole_schedule_findings.md, ccfc_stage1_fmnist_test.md):
   0.008 lower at p = 0 and 0.021 lower at p = 1 (benchmarks/results/fedspectral_recluster.md, sixth pass).
 - The projector on each trunk channel's mean (`projector_input: pooled` in the packaged Fashion-MNIST config): on
   convnet28 its first layer then has 256 inputs instead of 2,304, the model 0.85 M parameters against CCFC's 1.32 M
-  (issue 22 asks for memory within CCFC's). On four 30-round models of 10,000 training images the same NMI within
-  one round's spread as the flat input (fedspectral_recluster.md, ninth pass).
+  (issue 22 asks for memory within CCFC's). On 30-round models of 10,000 training images it tied the flat input on
+  four (p = 0, 0.5, 1 and p = 0 seed 1) and ended lower on two checked later (p = 1 seed 1 by 0.048, p = 0.75 by
+  0.011; fedspectral_recluster.md, ninth pass): a choice still in doubt.
 - GroupNorm instead of BatchNorm in the trunk (Hsieh et al., ICML 2020): with one class per client, BatchNorm
   trains on one-class batch statistics and is scored with averaged ones; GroupNorm normalises each sample alone.
 - Views with brightness/contrast jitter: without it SimSiam's z on Fashion-MNIST encodes image brightness.
@@ -223,7 +224,7 @@ class FedSpectral(FederatedMethod):
         # else's, and the spectral graph groups clients instead of classes: NMI 0.13 against 0.66 on digits.)
         self.eval()
         with torch.no_grad():
-            h = ctx.data.map_all(self.embed)
+            h = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
         self.train()
         hp = self.hparams
         self._summaries, member, self._summary_sizes = local_summaries(
@@ -295,15 +296,12 @@ class FedSpectral(FederatedMethod):
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
         super().aggregate(averaged, updates, ctx)
-        self.summaries = self.summary_labels = None  # the last round's (S x 3,088 floats) go before the new ones come
         points = torch.cat([u.payload["summaries"] for u in updates])
         sizes = torch.cat([u.payload["summary_sizes"] for u in updates])
         labels = spectral_clustering(points, self.num_clusters, neighbors=self.hparams.neighbors, weights=sizes,
                                      seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index, ctx.round),
                                      kernel=self.hparams.kernel)
-        # F.normalize's arithmetic, in place: no second copy of every summary
-        self.summaries = points.div_(points.norm(dim=1, keepdim=True).clamp_min(1e-12))
-        self.summary_labels = labels
+        self.summaries, self.summary_labels = F.normalize(points, dim=1), labels
         offsets = torch.tensor([0] + [len(u.payload["summaries"]) for u in updates]).cumsum(0)
         self.client_labels.update({u.client_id: labels[offsets[i]:offsets[i + 1]].cpu()
                                    for i, u in enumerate(updates)})

@@ -77,7 +77,7 @@ class SingleSimCLR(ContrastiveClustering):
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         with torch.no_grad():
-            z = ctx.data.map_all(self.embed)
+            z = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
         seed = int_seed(ctx.seed, "local-kmeans", ctx.stage_index, ctx.round, ctx.client_id)
         ctx.state["centroids"] = kmeans(z, self.num_clusters, niter=self.hparams.kmeans_niter,
                                         nredo=self.hparams.kmeans_redo, seed=seed).centroids.cpu()
@@ -108,7 +108,7 @@ class SingleSimCLR(ContrastiveClustering):
                 labels[client.indices.cpu()] = offset  # not trained yet: one cluster
                 continue
             self.load_state_dict(own, strict=False)
-            z = client.map_all(self.embed)
+            z = torch.cat([self.embed(x) for x in client.iter_all()])
             local = assign_nearest(z, state["centroids"].to(z), cosine=True)
             labels[client.indices.cpu()] = offset + local.cpu()
         self.load_state_dict(initial)

@@ -16,22 +16,6 @@ def test_batches_cover_the_client_once_in_a_seeded_order():
     assert all(b["x"].dtype == torch.float32 and b["x"].max() <= 1 for b in client.batches(torch.Generator()))
 
 
-def test_map_all_joins_a_function_of_every_batch_in_index_order():
-    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
-    client = data.client(1, batch_size=7)  # batches that do not divide the client's share
-
-    def embed(x):
-        return x.flatten(1)[:, :3] * 2
-
-    joined = client.map_all(embed)
-    assert torch.equal(joined, torch.cat([embed(x) for x in client.iter_all()]))
-    assert joined.shape == (len(client), 3) and torch.equal(joined, embed(data.gather(client.indices)))
-    empty = data.client(1, batch_size=7)
-    empty.indices = client.indices[:0]
-    with pytest.raises(ValueError, match="client 1 holds no samples"):
-        empty.map_all(embed)
-
-
 def test_l2_normalisation_gives_unit_samples():
     data = build_federated_data(tiny_data(normalize="l2"), torch.device("cpu"), 0)
     x = next(data.iter_all())

@@ -133,7 +133,7 @@ class ClusterContrastiveFC(FederatedMethod):
         if ctx.stage.name == "cluster" and not self.hparams.scfc and centroids is not None:
             self.eval()
             with torch.no_grad():
-                z = ctx.data.map_all(self.embed)
+                z = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
             self._pseudo = assign_nearest(z, centroids.to(z), cosine=True)
             self._client_indices = ctx.data.indices.to(z.device)  # once per client, not per batch
 
@@ -181,7 +181,7 @@ class ClusterContrastiveFC(FederatedMethod):
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         with torch.no_grad():
-            z = ctx.data.map_all(self.embed)
+            z = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
         seed = int_seed(ctx.seed, "local-kmeans", ctx.stage_index, ctx.round, ctx.client_id)
         centroids = kmeans(z, self.num_clusters, niter=self.hparams.kmeans_niter,
                            nredo=self.hparams.kmeans_redo, seed=seed).centroids
@@ -231,7 +231,7 @@ class ClusterContrastiveFC(FederatedMethod):
                 continue
             self.load_state_dict(own, strict=False)
             client = data.client(cid, self.batch_size)
-            z = client.map_all(self.embed)
+            z = torch.cat([self.embed(x) for x in client.iter_all()])
             local = assign_nearest(z, state["centroids"].to(z), cosine=True)
             labels[client.indices.cpu()] = self.client_maps[cid][local.cpu()]
         self.load_state_dict(shared)
