@@ -72,6 +72,9 @@ from fedclust.nn.backbones import build_backbone
 from fedclust.nn.heads import ChannelMean
 from fedclust.seeding import int_seed
 
+# projector_input -> the grid of each trunk channel's means the projector sees (0: the flat output itself)
+_POOL_GRID = {"flat": 0, "pooled": 1, "pooled2x2": 2}
+
 LOCAL = "summary_of"  # ctx.state: which of its summaries each of the client's samples is in
 VOTERS = "voters_of"  # ctx.state: each of the client's samples and its vote_neighbors nearest (vote_neighbors > 0)
 HISTORY = "labels_before"  # ctx.state: the client's labels of its last round_vote - 1 rounds (round_vote > 1)
@@ -90,7 +93,10 @@ class FedSpectral(FederatedMethod):
             3 x 3, so the projector's first layer is 2,304 x ``projector_hidden``) or "pooled" (each channel's mean:
             256 numbers, global average pooling as SimCLR's ResNet has before its projector; 9 times fewer weights in
             that layer, so every client keeps a smaller model and Adam state). The clustering space is unchanged
-            (``cluster_space``). The same for backbones whose output is pooled already.
+            (``cluster_space``). The same for backbones whose output is pooled already. "pooled2x2": each channel's
+            mean over the four 2 x 2 cells of its map (on convnet28's 3 x 3 maps overlapping windows of 2 x 2
+            positions): 1,024 numbers that keep where in the image a pattern is (top or bottom, left or right),
+            a first layer 1,024 x ``projector_hidden``.
         latent_dim: Width of the projection z the contrastive and decorrelation terms see.
         rounds: Communication rounds.
         local_epochs: Local epochs per round.
@@ -145,7 +151,7 @@ class FedSpectral(FederatedMethod):
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28",
                  norm: Literal["group", "batch"] = "group", projector_hidden: int = 512,
-                 projector_input: Literal["flat", "pooled"] = "flat", latent_dim: int = 128,
+                 projector_input: Literal["flat", "pooled", "pooled2x2"] = "flat", latent_dim: int = 128,
                  rounds: int = 130, local_epochs: int = 1, batch_size: int = 128, lr: float = 1e-3,
                  temperature: float = 0.5, decorrelation_weight: float = 1.0,
                  augment: Literal["simsiam28", "color"] = "simsiam28", crop_scale: tuple[float, float] = (0.5, 1.0),
@@ -164,8 +170,8 @@ class FedSpectral(FederatedMethod):
                                  ("round_vote", round_vote, 1)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
-        if projector_input not in ("flat", "pooled"):
-            raise ConfigError("method.projector_input", projector_input, "flat or pooled")
+        if projector_input not in _POOL_GRID:
+            raise ConfigError("method.projector_input", projector_input, "flat, pooled or pooled2x2")
         if not temperature > 0:
             raise ConfigError("method.temperature", temperature, "a positive number")
         if not 0 <= flip <= 1:
@@ -195,8 +201,9 @@ class FedSpectral(FederatedMethod):
         hp = self.hparams
         self.trunk = build_backbone(hp.backbone, info.in_channels, info.input_size or None,
                                     in_features=info.num_features, resize=hp.resize, norm=hp.norm)
-        pool = [ChannelMean(self.trunk.out_channels)] if hp.projector_input == "pooled" else []
-        width = self.trunk.out_channels if pool else self.trunk.out_dim
+        grid = _POOL_GRID[hp.projector_input]
+        pool = [ChannelMean(self.trunk.out_channels, grid)] if grid else []
+        width = pool[0].out_features(self.trunk.out_dim) if pool else self.trunk.out_dim
         self.projector = nn.Sequential(*pool, nn.Linear(width, hp.projector_hidden), nn.ReLU(inplace=True),
                                        nn.Linear(hp.projector_hidden, hp.latent_dim))
         if not info.is_image:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 
 def projector(in_dim: int, hidden: int = 256, out_dim: int = 256,
@@ -36,12 +39,33 @@ def byol_mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
 
 
 class ChannelMean(nn.Module):
-    """The mean of each channel over its positions, from a backbone's flat output of ``channels`` maps (global average
-    pooling; the identity on output that is pooled already, where there is one position a channel)."""
+    """The mean of each channel over the cells of a ``grid`` x ``grid`` partition of its square map, from a backbone's
+    flat output of ``channels`` maps (adaptive average pooling; ``grid`` 1 is global average pooling). Output that is
+    pooled already (one position a channel) passes unchanged, and a map is never split finer than its positions.
 
-    def __init__(self, channels: int):
+    Written here rather than as ``nn.AdaptiveAvgPool2d`` alone because the backbones hand over flat features: the
+    maps' side is known only from ``channels``."""
+
+    def __init__(self, channels: int, grid: int = 1):
         super().__init__()
-        self.channels = channels
+        if grid < 1:
+            raise ValueError(f"grid must be a positive integer, got {grid}")
+        self.channels, self.grid = channels, grid
+
+    def out_features(self, in_features: int) -> int:
+        """The width of the output for a flat input of ``in_features``."""
+        return self.channels if self.grid == 1 else self.channels * min(self.grid, self._side(in_features)) ** 2
+
+    def _side(self, in_features: int) -> int:
+        positions = in_features // self.channels
+        side = math.isqrt(positions)
+        if side * side != positions or positions * self.channels != in_features:
+            raise ValueError(f"{in_features} features are not {self.channels} square maps")
+        return side
 
     def forward(self, h: Tensor) -> Tensor:
-        return h.view(len(h), self.channels, -1).mean(2)
+        if self.grid == 1:  # any map, square or not: the mean over its positions
+            return h.view(len(h), self.channels, -1).mean(2)
+        side = self._side(h.shape[1])
+        maps = h.view(len(h), self.channels, side, side)
+        return F.adaptive_avg_pool2d(maps, min(self.grid, side)).flatten(1)

@@ -205,6 +205,31 @@ def test_a_pooled_projector_input_sees_each_channels_mean_and_shrinks_the_model(
             pooled.trunk.net[:-1](x).mean((2, 3))), atol=1e-6)
 
 
+def test_a_pooled2x2_projector_input_keeps_where_a_pattern_is_below_ccfcs_size():
+    """projector_input "pooled2x2": the projector sees each channel's means over a 2 x 2 grid of its 3 x 3 map (1,024
+    numbers on convnet28), so the model stays below CCFC's 1,322,608 parameters while the projector still knows the
+    pattern's place; the clustering space does not change."""
+    from fedclust.data.info import DataInfo
+
+    info = DataInfo(num_classes=10, in_channels=1, input_size=28, num_features=784, is_image=True,
+                    min_client_size=100)
+    flat, grid = (FedSpectral(projector_input=kind) for kind in ("flat", "pooled2x2"))
+    for method in (flat, grid):
+        method.build(info)
+    first = [m for m in grid.projector if isinstance(m, torch.nn.Linear)][0]
+    assert first.in_features == 1024
+    assert sum(p.numel() for p in grid.parameters()) < 1_322_608
+    grid.trunk.load_state_dict(flat.trunk.state_dict())
+    x = torch.rand(4, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(grid.embed(x), flat.embed(x))
+        maps = grid.trunk.net[:-1](x)
+        cells = torch.nn.functional.avg_pool2d(maps, 2, stride=1).flatten(1)
+        assert torch.allclose(grid.projector(grid.trunk(x)), grid.projector[1:](cells), atol=1e-5)
+    with pytest.raises(ConfigError, match="flat, pooled or pooled2x2"):
+        FedSpectral(projector_input="pooled3x3")
+
+
 def test_vector_data_train_without_image_views(run_fit):
     from fedclust.data.config import DataConfig
 

@@ -38,6 +38,25 @@ def test_out_channels_split_the_flat_output_into_whole_maps(name):
     assert build_backbone(name, 1, 8, resize=28).out_channels == net.out_channels  # Resized keeps it
 
 
+def test_channel_mean_on_a_grid_averages_each_cell_of_the_maps():
+    """ChannelMean(grid=2) on 3 x 3 maps: each channel's means over the four overlapping 2 x 2 windows, channel by
+    channel; 1 x 1 maps pass unchanged, and features that are not whole square maps are refused."""
+    from fedclust.nn.heads import ChannelMean
+
+    maps = torch.arange(2 * 4 * 9, dtype=torch.float32).view(2, 4, 3, 3)
+    pool = ChannelMean(4, grid=2)
+    out = pool(maps.flatten(1))
+    assert pool.out_features(36) == out.shape[1] == 16
+    for i, j in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        assert torch.equal(out.view(2, 4, 2, 2)[:, :, i, j], maps[:, :, i:i + 2, j:j + 2].mean((2, 3)))
+    vectors = torch.rand(3, 4)
+    assert torch.equal(pool(vectors), vectors) and pool.out_features(4) == 4
+    with pytest.raises(ValueError, match="not 4 square maps"):
+        pool(torch.rand(2, 4 * 6))
+    with pytest.raises(ValueError, match="positive"):
+        ChannelMean(4, grid=0)
+
+
 def test_convnet28_layers_match_ccfc():
     convs = [m for m in ConvNet28().modules() if isinstance(m, torch.nn.Conv2d)]
     assert [(c.in_channels, c.out_channels) for c in convs] == [(1, 64), (64, 128), (128, 256)]
