@@ -9,7 +9,7 @@ large blocks are mapped and unmapped and the resident set follows live memory ra
 then measures, in fresh processes, how much the server's spectral clustering of 1,000 summaries raises the maximum
 resident set alone and after a freed 300 MB peak (as in a run, where training peaks first), and counts each model's
 parameters: every client keeps its Adam state (two numbers a parameter) between rounds, so a larger model costs
-memory per client (the run with the former flat projector, 1,048,576 parameters more, measures how much).
+memory per client (the runs with the smaller projectors tried, pooled and pooled2x2, measure how much).
 
 Usage: python -m benchmarks.memory_peaks [--out DIR]     Results: benchmarks/results/memory_peaks.md
 """
@@ -32,11 +32,14 @@ COMMON = {"data.split": "test", "data.p": 0, "seed": 0, "federation.eval_every":
 RUNS = {  # label -> (packaged config, overrides)
     "CCFC (2 SimSiam + 2 cluster rounds)": ("ccfc_fmnist", {"method.init_args.pretrain_rounds": 2,
                                                             "method.init_args.cluster_rounds": 2}),
-    # the shipped FedSpectral: its projector sees each of the trunk's 256 channels' mean (projector_input: pooled)
+    # the shipped FedSpectral: its projector sees the trunk's 2,304 flat features (a 2,304 x 512 first layer)
     "FedSpectral (3 rounds)": ("fedspectral_fmnist", {"method.init_args.rounds": 3}),
-    # the projector FedSpectral shipped before 2026-11-27: the trunk's 2,304 flat features (a 2,304 x 512 first layer)
-    "FedSpectral (3 rounds), projector_input flat": ("fedspectral_fmnist", {
-        "method.init_args.rounds": 3, "method.init_args.projector_input": "flat"}),
+    # the smaller projectors tried for this clause (fedspectral_recluster.md, ninth and tenth passes): each of the
+    # 256 channels' mean, and each channel's means over a 2 x 2 grid
+    "FedSpectral (3 rounds), projector_input pooled": ("fedspectral_fmnist", {
+        "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled"}),
+    "FedSpectral (3 rounds), projector_input pooled2x2": ("fedspectral_fmnist", {
+        "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled2x2"}),
 }
 RETURN_MEMORY = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 

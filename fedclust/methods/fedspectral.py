@@ -8,11 +8,11 @@ whole_schedule_findings.md, ccfc_stage1_fmnist_test.md):
   p = 1); the decorrelation term keeps the directions apart, and it is computed per client batch, so it needs
   nothing but the client's own samples. Measured on 10,000 training images: without it the pipeline re-clusters
   0.008 lower at p = 0 and 0.021 lower at p = 1 (benchmarks/results/fedspectral_recluster.md, sixth pass).
-- The projector on each trunk channel's mean (`projector_input: pooled` in the packaged Fashion-MNIST config): on
-  convnet28 its first layer then has 256 inputs instead of 2,304, the model 0.85 M parameters against CCFC's 1.32 M
-  (issue 22 asks for memory within CCFC's). On 30-round models of 10,000 training images it tied the flat input on
-  four (p = 0, 0.5, 1 and p = 0 seed 1) and ended lower on two checked later (p = 1 seed 1 by 0.048, p = 0.75 by
-  0.011; fedspectral_recluster.md, ninth pass): a choice still in doubt.
+- The projector sees the trunk's flat features (on convnet28 2,304 of them), so the model has 1.90 M parameters
+  against CCFC's 1.32 M. Smaller inputs for it, each trunk channel's mean (`projector_input: pooled`, 0.85 M) or
+  its means over a 2 x 2 grid (`pooled2x2`, 1.25 M), tie the level over rounds 11-30 on seven 30-round models of
+  10,000 training images and end 0.007 / 0.014 lower in the final round on average
+  (benchmarks/results/fedspectral_recluster.md, tenth pass); they are there for memory-bound runs.
 - GroupNorm instead of BatchNorm in the trunk (Hsieh et al., ICML 2020): with one class per client, BatchNorm
   trains on one-class batch statistics and is scored with averaged ones; GroupNorm normalises each sample alone.
 - Views with brightness/contrast jitter: without it SimSiam's z on Fashion-MNIST encodes image brightness.
