@@ -69,7 +69,7 @@ from fedclust.errors import ConfigError, NotFittedError
 from fedclust.losses.contrastive import nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.nn.backbones import build_backbone
-from fedclust.nn.heads import ChannelMean
+from fedclust.nn.heads import channel_pool
 from fedclust.seeding import int_seed
 
 # projector_input -> the grid of each trunk channel's means the projector sees (0: the flat output itself)
@@ -202,8 +202,10 @@ class FedSpectral(FederatedMethod):
         self.trunk = build_backbone(hp.backbone, info.in_channels, info.input_size or None,
                                     in_features=info.num_features, resize=hp.resize, norm=hp.norm)
         grid = _POOL_GRID[hp.projector_input]
-        pool = [ChannelMean(self.trunk.out_channels, grid)] if grid else []
-        width = pool[0].out_features(self.trunk.out_dim) if pool else self.trunk.out_dim
+        pool, width = [], self.trunk.out_dim  # flat: the projector's first layer is its first module, as before
+        if grid:
+            pooling, width = channel_pool(self.trunk.out_channels, self.trunk.out_dim, grid)
+            pool = [pooling]
         self.projector = nn.Sequential(*pool, nn.Linear(width, hp.projector_hidden), nn.ReLU(inplace=True),
                                        nn.Linear(hp.projector_hidden, hp.latent_dim))
         if not info.is_image:

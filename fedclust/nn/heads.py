@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from torch import Tensor, nn
-from torch.nn import functional as F
+from torch import nn
 
 
 def projector(in_dim: int, hidden: int = 256, out_dim: int = 256,
@@ -38,34 +37,16 @@ def byol_mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
                          nn.Linear(hidden, out_dim))
 
 
-class ChannelMean(nn.Module):
-    """The mean of each channel over the cells of a ``grid`` x ``grid`` partition of its square map, from a backbone's
-    flat output of ``channels`` maps (adaptive average pooling; ``grid`` 1 is global average pooling). Output that is
-    pooled already (one position a channel) passes unchanged, and a map is never split finer than its positions.
-
-    Written here rather than as ``nn.AdaptiveAvgPool2d`` alone because the backbones hand over flat features: the
-    maps' side is known only from ``channels``."""
-
-    def __init__(self, channels: int, grid: int = 1):
-        super().__init__()
-        if grid < 1:
-            raise ValueError(f"grid must be a positive integer, got {grid}")
-        self.channels, self.grid = channels, grid
-
-    def out_features(self, in_features: int) -> int:
-        """The width of the output for a flat input of ``in_features``."""
-        return self.channels if self.grid == 1 else self.channels * min(self.grid, self._side(in_features)) ** 2
-
-    def _side(self, in_features: int) -> int:
-        positions = in_features // self.channels
-        side = math.isqrt(positions)
-        if side * side != positions or positions * self.channels != in_features:
-            raise ValueError(f"{in_features} features are not {self.channels} square maps")
-        return side
-
-    def forward(self, h: Tensor) -> Tensor:
-        if self.grid == 1:  # any map, square or not: the mean over its positions
-            return h.view(len(h), self.channels, -1).mean(2)
-        side = self._side(h.shape[1])
-        maps = h.view(len(h), self.channels, side, side)
-        return F.adaptive_avg_pool2d(maps, min(self.grid, side)).flatten(1)
+def channel_pool(channels: int, in_features: int, grid: int = 1) -> tuple[nn.Sequential, int]:
+    """A backbone's flat output of ``channels`` square maps, each channel averaged over the cells of a ``grid`` x
+    ``grid`` partition of its map (``grid`` 1: global average pooling), and the pooled width. torch's adaptive
+    average pooling between an unflatten and a flatten: the maps' side is fixed here, when the head is built. A map
+    is never split finer than its positions, so output that is pooled already (one position a channel) passes
+    unchanged."""
+    positions = in_features // channels
+    side = math.isqrt(positions)
+    if grid < 1 or side * side != positions or positions * channels != in_features:
+        raise ValueError(f"cannot pool {in_features} features as {channels} square maps on a {grid} x {grid} grid")
+    cells = min(grid, side)
+    pool = nn.Sequential(nn.Unflatten(1, (channels, side, side)), nn.AdaptiveAvgPool2d(cells), nn.Flatten())
+    return pool, channels * cells * cells

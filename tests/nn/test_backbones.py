@@ -20,9 +20,9 @@ def test_convnet28_out_dim(size, dim):
 
 @pytest.mark.parametrize("name", BACKBONES)
 def test_out_channels_split_the_flat_output_into_whole_maps(name):
-    """A ChannelMean over out_channels is global average pooling of the trunk's last maps (ConvNet28), and the
+    """channel_pool over out_channels is global average pooling of the trunk's last maps (ConvNet28), and the
     identity where the trunk pools already (ResNets, whose out_channels is out_dim)."""
-    from fedclust.nn.heads import ChannelMean
+    from fedclust.nn.heads import channel_pool
 
     net = build_backbone(name, 1, 28)
     assert net.out_dim % net.out_channels == 0
@@ -31,30 +31,29 @@ def test_out_channels_split_the_flat_output_into_whole_maps(name):
         with torch.no_grad():
             flat, maps = net.eval()(x), net.net[:-1](x)  # the maps before the flatten: 256 x 3 x 3
         assert net.out_channels == maps.shape[1] == 256
-        assert torch.allclose(ChannelMean(net.out_channels)(flat), maps.mean((2, 3)), atol=1e-6)
+        pool, width = channel_pool(net.out_channels, net.out_dim)
+        assert width == 256 and torch.allclose(pool(flat), maps.mean((2, 3)), atol=1e-6)
     else:
         h = _out(net, (2, 1, 28, 28))
-        assert net.out_channels == net.out_dim and torch.equal(ChannelMean(net.out_channels)(h), h)
+        pool, width = channel_pool(net.out_channels, net.out_dim, grid=2)
+        assert net.out_channels == net.out_dim == width and torch.equal(pool(h), h)
     assert build_backbone(name, 1, 8, resize=28).out_channels == net.out_channels  # Resized keeps it
 
 
-def test_channel_mean_on_a_grid_averages_each_cell_of_the_maps():
-    """ChannelMean(grid=2) on 3 x 3 maps: each channel's means over the four overlapping 2 x 2 windows, channel by
-    channel; 1 x 1 maps pass unchanged, and features that are not whole square maps are refused."""
-    from fedclust.nn.heads import ChannelMean
+def test_channel_pool_on_a_grid_averages_each_cell_of_the_maps():
+    """channel_pool with grid 2 on 3 x 3 maps: each channel's means over the four overlapping 2 x 2 windows, channel
+    by channel; features that are not whole square maps, or a grid below 1, are refused."""
+    from fedclust.nn.heads import channel_pool
 
     maps = torch.arange(2 * 4 * 9, dtype=torch.float32).view(2, 4, 3, 3)
-    pool = ChannelMean(4, grid=2)
+    pool, width = channel_pool(4, 36, grid=2)
     out = pool(maps.flatten(1))
-    assert pool.out_features(36) == out.shape[1] == 16
+    assert width == out.shape[1] == 16
     for i, j in ((0, 0), (0, 1), (1, 0), (1, 1)):
         assert torch.equal(out.view(2, 4, 2, 2)[:, :, i, j], maps[:, :, i:i + 2, j:j + 2].mean((2, 3)))
-    vectors = torch.rand(3, 4)
-    assert torch.equal(pool(vectors), vectors) and pool.out_features(4) == 4
-    with pytest.raises(ValueError, match="not 4 square maps"):
-        pool(torch.rand(2, 4 * 6))
-    with pytest.raises(ValueError, match="positive"):
-        ChannelMean(4, grid=0)
+    for in_features, grid in ((4 * 6, 2), (36, 0)):
+        with pytest.raises(ValueError, match="cannot pool"):
+            channel_pool(4, in_features, grid)
 
 
 def test_convnet28_layers_match_ccfc():
