@@ -10,7 +10,7 @@ never on the split you report; it refuses a test-split run.
 
 Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
            [--seeds 3] [--backbone-weights 1 1.4 2] [--label-by summary own-nearest all-nearest]
-           [--ceiling [5 20]] [--purity] [--spread 0.9 0.99] [--draws 1 3 5]
+           [--ceiling [5 20]] [--purity] [--spread 0.9 0.99] [--draws 1 3 5] [--anchored 0.99 [--own-shares 0.05]]
 The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
 images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
 """
@@ -122,6 +122,29 @@ def recluster_draws(data, h: torch.Tensor, k: int, size: int, draws: int, seed: 
     return out.numpy()
 
 
+def anchored_spread(data, h: torch.Tensor, k: int, made: list, seed: int, alpha: float,
+                    neighbors: int = 5, own_share: float | None = None) -> np.ndarray:
+    """Label spreading over each client's graph of its own samples AND every client's summaries (the server would
+    send all labelled summaries back to every client: an alternative measured, not a FedSpectral option): the
+    summaries of other clients stand in the client's graph as labelled landmarks of the whole federation's data."""
+    points, sizes = torch.cat([m[0] for m in made]), torch.cat([m[2] for m in made])
+    server = spectral_clustering(points, k, neighbors=5, weights=sizes, seed=seed, kernel="self_tuning")
+    anchors = F.normalize(points, dim=1)
+    out, offset = torch.empty(len(h), dtype=torch.long), 0
+    for (summaries, member, _), idx in zip(made, data.parts):
+        mine = server[offset:offset + len(summaries)][member]
+        offset += len(summaries)
+        keep = torch.ones(len(server), dtype=torch.bool)
+        if own_share is not None:  # only the summaries of clusters the client's own labels hold (> own_share)
+            share = torch.bincount(mine, minlength=k).float() / len(mine)
+            keep = (share > own_share)[server]
+        nodes = torch.cat([h[idx], anchors[keep]])
+        graph = nearest_neighbors(nodes, neighbors)
+        found = label_spreading(graph, torch.cat([mine, server[keep]]), k, alpha)
+        out[idx] = found[:len(idx)]
+    return out.numpy()
+
+
 def client_vote(data, graphs: list[torch.Tensor] | None, labels: torch.Tensor, k: int) -> np.ndarray:
     """Each client's local kNN vote over its own neighbour graph (FedSpectral's vote_neighbors; None: no vote)."""
     out = labels.clone()
@@ -159,6 +182,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draws", type=int, nargs="+", default=[], metavar="R",
                     help="also R draws of every client's summaries clustered together, then spreading with the "
                          "first --spread alpha (5 server neighbours, self-tuning graph)")
+    ap.add_argument("--anchored", type=float, nargs="+", default=[], metavar="ALPHA",
+                    help="also label spreading over each client's samples and every client's summaries, with these "
+                         "alphas (5 neighbours)")
+    ap.add_argument("--own-shares", type=float, nargs="+", default=[], metavar="SHARE",
+                    help="with --anchored: also with only the anchors of clusters holding over SHARE of the client's "
+                         "own labels")
     args = ap.parse_args(argv)
     if args.draws and not args.spread:
         raise SystemExit("--draws spreads its labels: give --spread ALPHA too.")
@@ -192,6 +221,12 @@ def main(argv: list[str] | None = None) -> None:
                 for (by, step), scores in rows.items():
                     print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  {step}  NMI "
                           + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
+            for a, share in [(a, s) for a in args.anchored for s in [None, *args.own_shares]]:
+                scores = [normalized_mutual_info_score(y, anchored_spread(data, h, k, made[seed], seed, a,
+                                                                          own_share=share))
+                          for seed in range(args.seeds)]
+                print(f"summary_size {size:3d}  anchored spread alpha {a:g} own share {share}  NMI "
+                      + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
             for draws in args.draws:
                 scores = [normalized_mutual_info_score(y, recluster_draws(data, h, k, size, draws, seed, graphs[5],
                                                                           args.spread[0]))

@@ -11,7 +11,8 @@ resident set alone and after a freed 300 MB peak (as in a run, where training pe
 parameters: every client keeps its Adam state (two numbers a parameter) between rounds, so a larger model costs
 memory per client (the runs with the smaller projectors tried, pooled and pooled2x2, measure how much).
 
-Usage: python -m benchmarks.memory_peaks [--out DIR]     Results: benchmarks/results/memory_peaks.md
+Usage: python -m benchmarks.memory_peaks [--out DIR] [--parameters]     Results: benchmarks/results/memory_peaks.md
+(`--parameters`: only the parameter counts and each client's MB of model state, in seconds.)
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ def parameter_counts() -> dict[str, int]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="where the runs go (default: a temporary folder, removed)")
+    ap.add_argument("--parameters", action="store_true", help="only the parameter counts and state per client")
     args = ap.parse_args(argv)
+    if args.parameters:
+        return print_parameters()
     jobs = [(f"{name}{', glibc returns memory' if env else ''}", run, env)
             for name, run in RUNS.items() for env in ({}, RETURN_MEMORY)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,9 +104,16 @@ def main(argv: list[str] | None = None) -> None:
         done = subprocess.run([sys.executable, "-c", SPECTRAL, mode], capture_output=True, text=True, check=True)
         before, after = done.stdout.split()
         print(f"- {mode}: {before} -> {after}")
-    print("\nParameters (each client keeps two Adam numbers a parameter between rounds):")
+    print_parameters()
+
+
+def print_parameters() -> None:
+    """Each run's parameters and a client's model state while it trains: the weights, their gradients and Adam's
+    two moments, four float32 numbers (16 bytes) a parameter."""
+    print("\nParameters (each client keeps two Adam numbers a parameter between rounds); model, gradients and Adam "
+          "state a client (16 bytes a parameter):")
     for name, count in parameter_counts().items():
-        print(f"- {name}: {count:,}")
+        print(f"- {name}: {count:,} parameters, {16 * count / 1e6:.1f} MB")
 
 
 if __name__ == "__main__":
