@@ -207,18 +207,21 @@ def test_a_pooled_projector_input_sees_each_channels_mean_and_shrinks_the_model(
 
 def test_a_pooled2x2_projector_input_keeps_where_a_pattern_is_below_ccfcs_size():
     """projector_input "pooled2x2": the projector sees each channel's means over a 2 x 2 grid of its 3 x 3 map (1,024
-    numbers on convnet28), so the model stays below CCFC's 1,322,608 parameters while the projector still knows the
-    pattern's place; the clustering space does not change."""
+    numbers on convnet28), so the model stays below the packaged Fashion-MNIST CCFC's while the projector still knows
+    the pattern's place; the clustering space does not change."""
+    from fedclust.api import resolve
     from fedclust.data.info import DataInfo
 
     info = DataInfo(num_classes=10, in_channels=1, input_size=28, num_features=784, is_image=True,
                     min_client_size=100)
+    ccfc = resolve("ccfc_fmnist", {}, {}).init["method"]
     flat, grid = (FedSpectral(projector_input=kind) for kind in ("flat", "pooled2x2"))
-    for method in (flat, grid):
+    for method in (flat, grid, ccfc):
         method.build(info)
     first = [m for m in grid.projector if isinstance(m, torch.nn.Linear)][0]
     assert first.in_features == 1024
-    assert sum(p.numel() for p in grid.parameters()) < 1_322_608
+    size = {name: sum(p.numel() for p in m.parameters()) for name, m in (("grid", grid), ("ccfc", ccfc))}
+    assert size["grid"] < size["ccfc"]
     grid.trunk.load_state_dict(flat.trunk.state_dict())
     x = torch.rand(4, 1, 28, 28)
     with torch.no_grad():
