@@ -8,9 +8,10 @@ It also prints, as a ceiling, spectral clustering of every sample (sklearn, a sy
 federated method can do. Labels are read only to score: run it on a TRAINING-split run (`data.split: train`),
 never on the split you report; it refuses a test-split run.
 
-Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
+Usage: python -m benchmarks.fedspectral_recluster RUN_FOLDER... [--sizes 10 20] [--neighbors 5] [--votes 0 5 10 20]
            [--seeds 3] [--backbone-weights 1 1.4 2] [--label-by summary own-nearest all-nearest]
            [--ceiling [5 20]] [--purity] [--spread 0.9 0.99] [--draws 1 3 5] [--anchored 0.99 [--own-shares 0.05]]
+           [--cluster-space input+mid+backbone]
 The figures behind configs/fedspectral_fmnist.yaml's settings (vm, 2 cores; models of the training split's 10,000
 images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/fedspectral_recluster.md.
 """
@@ -18,11 +19,13 @@ images, p = 0 after 50 rounds and p = 1 after 30) are in benchmarks/results/feds
 from __future__ import annotations
 
 import argparse
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import yaml
 from sklearn.cluster import SpectralClustering
 from sklearn.metrics import normalized_mutual_info_score
 from sklearn.neighbors import kneighbors_graph
@@ -164,7 +167,8 @@ def client_spread(data, graphs: list[torch.Tensor], labels: torch.Tensor, alpha:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path)
+    ap.add_argument("run", type=Path, nargs="+",
+                    help="training-split FedSpectral run folders (several: also their aggregate per p)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[10, 20])
     ap.add_argument("--neighbors", type=int, nargs="+", default=[5])
     ap.add_argument("--votes", type=int, nargs="+", default=[0, 5, 10, 20])
@@ -188,15 +192,43 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--own-shares", type=float, nargs="+", default=[], metavar="SHARE",
                     help="with --anchored: also with only the anchors of clusters holding over SHARE of the client's "
                          "own labels")
+    ap.add_argument("--cluster-space", choices=["backbone", "projection", "input+backbone", "input+mid+backbone"],
+                    help="re-cluster in this space instead of the run's own (training does not depend on it)")
     args = ap.parse_args(argv)
     if args.draws and not args.spread:
         raise SystemExit("--draws spreads its labels: give --spread ALPHA too.")
     torch.set_num_threads(1)
-    data, method = load(args.run)
+    collected: dict[str, list[tuple[float, float]]] = defaultdict(list)  # setting -> (p, mean over seeds) a model
+    for run in args.run:
+        recluster_run(run, args, collected)
+    if len(args.run) > 1:
+        print(f"over the {len(args.run)} models (each setting's seed means; per p the mean over its models):")
+        for setting, found in collected.items():
+            by_p: dict[float, list[float]] = defaultdict(list)
+            for p, mean in found:
+                by_p[p].append(mean)
+            means = {p: float(np.mean(v)) for p, v in sorted(by_p.items())}
+            print(f"  {setting}: per p " + " / ".join(f"{p:g} {m:.3f}" for p, m in means.items())
+                  + f"; worse p {min(means.values()):.3f}; mean of the {len(found)} models "
+                  f"{np.mean([m for _, m in found]):.4f}", flush=True)
+
+
+def recluster_run(run: Path, args: argparse.Namespace, collected: dict) -> None:
+    """Every setting of ``args`` on one run; each setting's seed mean goes into ``collected`` with the run's p."""
+    data, method = load(run)
+    p = float(load_run_p(run))
+    if args.cluster_space:
+        method.hparams.cluster_space = args.cluster_space
     y, k = data.labels.numpy(), method.num_clusters
+
+    def line(setting: str, scores: list[float]) -> None:
+        collected[setting].append((p, float(np.mean(scores))))
+        print(f"{setting}  NMI " + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})",
+              flush=True)
+
     for weight in args.backbone_weights:
         h = embed(data, method, weight)
-        print(f"{args.run}: {len(y)} samples, {data.num_clients} clients, cluster space "
+        print(f"{run}: {len(y)} samples, {data.num_clients} clients, cluster space "
               f"{method.hparams.cluster_space}, backbone_weight {method.hparams.get('backbone_weight', 1.0)}")
         # each client's graph, once per embedding and neighbour count (the vote's, and spreading's 5)
         counts = {v for v in args.votes if v > 0} | ({5} if args.spread else set())
@@ -219,23 +251,27 @@ def main(argv: list[str] | None = None) -> None:
                             found = client_spread(data, graphs[5], labels, a, k)
                             rows[by, f"spread alpha {a:g}"].append(normalized_mutual_info_score(y, found))
                 for (by, step), scores in rows.items():
-                    print(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  {step}  NMI "
-                          + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
+                    line(f"summary_size {size:3d}  neighbors {nb:2d}  label_by {by:11s}  {step}", scores)
             for a, share in [(a, s) for a in args.anchored for s in [None, *args.own_shares]]:
-                scores = [normalized_mutual_info_score(y, anchored_spread(data, h, k, made[seed], seed, a,
-                                                                          own_share=share))
-                          for seed in range(args.seeds)]
-                print(f"summary_size {size:3d}  anchored spread alpha {a:g} own share {share}  NMI "
-                      + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
+                line(f"summary_size {size:3d}  anchored spread alpha {a:g} own share {share}",
+                     [normalized_mutual_info_score(y, anchored_spread(data, h, k, made[seed], seed, a,
+                                                                      own_share=share))
+                      for seed in range(args.seeds)])
             for draws in args.draws:
-                scores = [normalized_mutual_info_score(y, recluster_draws(data, h, k, size, draws, seed, graphs[5],
-                                                                          args.spread[0]))
-                          for seed in range(args.seeds)]
-                print(f"summary_size {size:3d}  draws {draws}  spread alpha {args.spread[0]:g}  NMI "
-                      + " / ".join(f"{s:.4f}" for s in scores) + f"  (mean {np.mean(scores):.4f})", flush=True)
+                line(f"summary_size {size:3d}  draws {draws}  spread alpha {args.spread[0]:g}",
+                     [normalized_mutual_info_score(y, recluster_draws(data, h, k, size, draws, seed, graphs[5],
+                                                                      args.spread[0]))
+                      for seed in range(args.seeds)])
         for nb in [5] if args.ceiling == [] else args.ceiling or []:  # bare --ceiling: 5 neighbours
             print(f"ceiling: spectral clustering of every sample, {nb} neighbours: NMI "
                   f"{central_spectral_nmi(h, y, k, nb):.4f}", flush=True)
+
+
+def load_run_p(run: Path) -> float:
+    """The heterogeneity p of a run folder's data (its config.yaml)."""
+    with open(run / "config.yaml") as f:
+        return float(yaml.safe_load(f)["data"]["p"])
+
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,11 @@ Each space is scored alone (pixels or trunk) and joined (pixels beside trunk), b
 a symmetric 5-nearest-neighbour graph. Labels are read only to score, and the run must be a TRAINING-split run
 (the recluster script's `load` refuses a test-split one).
 
-Usage: python -m benchmarks.fedspectral_space_ceiling RUN_FOLDER [--views 4] [--neighbors 5]
+With `--blocks`, it also scores other learned blocks beside the shipped two (convnet28 trunks): the second
+convolution block's maps averaged to 3 x 3 (`mid`, 1,152 numbers: a lower layer's view of the image) and the
+projector's hidden layer (`hidden`, after its ReLU), each alone and beside raw pixels and the trunk.
+
+Usage: python -m benchmarks.fedspectral_space_ceiling RUN_FOLDER [--views 4] [--neighbors 5] [--blocks-only]
 Results: benchmarks/results/fedspectral_recluster.md ("Fourth pass").
 """
 
@@ -50,6 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("run", type=Path)
     ap.add_argument("--views", type=int, default=4, help="training views averaged in the test-time-view spaces")
     ap.add_argument("--neighbors", type=int, default=5)
+    ap.add_argument("--blocks-only", action="store_true",
+                    help="score only the other learned blocks (mid, hidden) beside the shipped space")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     data, method = load(args.run)
@@ -60,7 +66,10 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             return torch.cat([F.normalize(method.trunk(c), dim=1) for c in x.split(1000)])
 
-    plain, mirrored = trunk(images), trunk(images.flip(-1))
+    plain = trunk(images)
+    if args.blocks_only:
+        return score_blocks(method, images, plain, y, k, args.neighbors)
+    mirrored = trunk(images.flip(-1))
     views = sum(trunk(torch.cat([method.views(c, generator) for c in images.split(1000)]))
                 for _ in range(args.views)) / args.views
     trunks = {"image": plain, "image+mirror": plain + mirrored, f"image+{args.views} views": plain + views,
@@ -74,6 +83,20 @@ def main(argv: list[str] | None = None) -> None:
     for name, features in trunks.items():
         print(f"trunk {name:22s} alone {central_spectral_nmi(F.normalize(features, dim=1), y, k, args.neighbors):.4f}  "
               f"beside raw pixels {central_spectral_nmi(joined(raw, features), y, k, args.neighbors):.4f}", flush=True)
+
+
+def score_blocks(method, images: torch.Tensor, plain: torch.Tensor, y, k: int, neighbors: int) -> None:
+    """The other learned blocks of the module's docstring, alone and beside the shipped [pixels, trunk]."""
+    with torch.no_grad():
+        mid = torch.cat([F.adaptive_avg_pool2d(method.trunk.net[:6](c), 3).flatten(1) for c in images.split(1000)])
+        raw_trunk = torch.cat([method.trunk(c) for c in images.split(1000)])
+        hidden = torch.cat([method.projector[:-1](h) for h in raw_trunk.split(1000)])
+    raw = pixel_block(images, "raw")
+    print(f"shipped [pixels, trunk] {central_spectral_nmi(joined(raw, plain), y, k, neighbors):.4f}", flush=True)
+    for name, block in (("mid", mid), ("hidden", hidden)):
+        print(f"block {name:6s} alone {central_spectral_nmi(F.normalize(block, dim=1), y, k, neighbors):.4f}  "
+              f"beside pixels and trunk {central_spectral_nmi(joined(raw, plain, block), y, k, neighbors):.4f}  "
+              f"instead of the trunk {central_spectral_nmi(joined(raw, block), y, k, neighbors):.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -141,6 +141,36 @@ def build_backbone(name: str, in_channels: int, input_size: int | None, in_featu
     return Resized(net, resize) if resize else net
 
 
+def mid_level(backbone: nn.Module) -> nn.Module:
+    """The module of ``backbone`` whose output is its mid-level features: ConvNet28's second block (128 maps of 7 x 7
+    on 28 x 28 input), a ResNet's layer3, the MLP's first hidden layer (a ``Resized`` backbone: its net's)."""
+    net = backbone.net if isinstance(backbone, Resized) else backbone
+    if isinstance(net, ConvNet28):
+        return net.net[5]
+    if isinstance(net, MLPBackbone):
+        return net.net[3]
+    if isinstance(net, torchvision.models.ResNet):
+        return net.layer3
+    raise TypeError(f"no mid level is defined for a {type(net).__name__}")
+
+
+def with_mid_features(backbone: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``backbone(x)`` and, from the same pass, its mid-level features (:func:`mid_level`) flat: maps averaged to the
+    grid of the output's own maps (ConvNet28: 3 x 3; pooled outputs: each channel's mean), vectors as they are. A
+    forward hook reads them, so every backbone keeps its own forward."""
+    kept: list[torch.Tensor] = []
+    handle = mid_level(backbone).register_forward_hook(lambda _module, _inputs, out: kept.append(out))
+    try:
+        out = backbone(x)
+    finally:
+        handle.remove()
+    mid = kept[-1]
+    if mid.dim() == 4:
+        side = max(1, round((int(backbone.out_dim) // int(backbone.out_channels)) ** 0.5))
+        mid = F.adaptive_avg_pool2d(mid, side)
+    return out, mid.flatten(1)
+
+
 def _channels_last_input(_module: nn.Module, args: tuple) -> tuple:
     x = args[0]
     return (x.contiguous(memory_format=torch.channels_last), *args[1:]) if x.dim() == 4 else args

@@ -242,6 +242,25 @@ def test_vector_data_train_without_image_views(run_fit):
     assert 0 <= metrics["nmi"] <= 1
 
 
+def test_the_mid_level_space_joins_three_unit_blocks():
+    """input+mid+backbone: the unit input, the trunk's unit mid-level features and its unit output (scaled by
+    backbone_weight), joined and normalised again; training does not see the space."""
+    from fedclust.nn.backbones import with_mid_features
+
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
+    x = next(iter(data.iter_all()))
+    method = tiny(cluster_space="input+mid+backbone", backbone_weight=2.0)
+    method.build(data.info)
+    method.eval()
+    with torch.no_grad():
+        h, mid = with_mid_features(method.trunk, x)
+        unit = torch.nn.functional.normalize
+        expected = unit(torch.cat([unit(x.flatten(1), dim=1), unit(mid, dim=1), 2.0 * unit(h, dim=1)], 1), dim=1)
+        torch.testing.assert_close(method.embed(x), expected)
+    with pytest.raises(ConfigError, match="method.cluster_space"):
+        tiny(cluster_space="input+pixels")
+
+
 def test_backbone_weight_leans_the_clustering_space_on_the_trunk():
     """input+backbone joins the unit input and the unit trunk features scaled by backbone_weight: the trunk's share
     of the squared norm is w^2 / (1 + w^2), and the joined vector is unit."""

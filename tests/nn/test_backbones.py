@@ -1,8 +1,10 @@
 import pytest
 import torch
+import torch.nn.functional as F
 
 from fedclust.errors import ConfigError
-from fedclust.nn.backbones import BACKBONES, ConvNet28, MLPBackbone, Resized, build_backbone, resnet
+from fedclust.nn.backbones import (BACKBONES, ConvNet28, MLPBackbone, Resized, build_backbone, mid_level, resnet,
+                                   with_mid_features)
 
 
 def _out(net, shape):
@@ -132,3 +134,37 @@ def test_group_norm_trunks_do_not_depend_on_the_rest_of_the_batch():
         assert torch.allclose(alone, together, atol=1e-5), name
     with pytest.raises(ConfigError, match="method.norm"):
         build_backbone("convnet28", 1, 28, norm="instance")
+
+
+@pytest.mark.parametrize("name", ["convnet28", "mlp", "resnet18_cifar"])
+def test_mid_features_come_from_the_same_pass_as_the_output(name):
+    """with_mid_features returns the backbone's own output and its mid level flat: ConvNet28's second block averaged
+    to the output's 3 x 3 grid, the MLP's first hidden layer, a ResNet's layer3 averaged per channel."""
+    torch.manual_seed(0)
+    if name == "mlp":
+        net, x = build_backbone(name, 1, None, in_features=20, norm="group"), torch.rand(3, 20)
+    elif name == "convnet28":
+        net, x = build_backbone(name, 1, 28, norm="group"), torch.rand(3, 1, 28, 28)
+    else:
+        net, x = build_backbone(name, 3, 32, norm="group"), torch.rand(3, 3, 32, 32)
+    net.eval()
+    with torch.no_grad():
+        out, mid = with_mid_features(net, x)
+        assert torch.equal(out, net(x))
+        if name == "convnet28":
+            expected = F.adaptive_avg_pool2d(net.net[:6](x), 3).flatten(1)
+        elif name == "mlp":
+            expected = net.net[:4](x)
+        else:
+            stem = torch.nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3)
+            expected = stem(x).mean((2, 3))
+    torch.testing.assert_close(mid, expected)
+    assert len(net._forward_hooks) == 0 and len(mid_level(net)._forward_hooks) == 0  # the hook is removed
+
+
+def test_mid_level_looks_through_a_resize_and_refuses_other_nets():
+    wrapped = build_backbone("convnet28", 1, 16, resize=28, norm="group")
+    out, mid = with_mid_features(wrapped, torch.rand(2, 1, 16, 16))
+    assert out.shape == (2, 2304) and mid.shape == (2, 128 * 9)
+    with pytest.raises(TypeError, match="no mid level"):
+        mid_level(torch.nn.Linear(3, 3))
