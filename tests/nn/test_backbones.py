@@ -3,8 +3,16 @@ import torch
 import torch.nn.functional as F
 
 from fedclust.errors import ConfigError
-from fedclust.nn.backbones import (BACKBONES, ConvNet28, MLPBackbone, Resized, build_backbone, mid_level, resnet,
-                                   with_mid_features)
+from fedclust.nn.backbones import (
+    BACKBONES,
+    ConvNet28,
+    MLPBackbone,
+    Resized,
+    build_backbone,
+    mid_level,
+    resnet,
+    with_mid_features,
+)
 
 
 def _out(net, shape):
