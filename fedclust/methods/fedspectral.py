@@ -33,9 +33,10 @@ whole_schedule_findings.md, ccfc_stage1_fmnist_test.md):
   NIPS 2004). Chosen on 10,000 training images at p = 1 (configs/fedspectral_fmnist.yaml): 0.67 against
   0.64-0.65 for the trunk's features alone and 0.66 for pixels alone. "input+mid+backbone" adds a third block,
   the trunk's mid-level features (on convnet28 its second block's maps averaged to the output's 3 x 3 grid), a
-  lower layer's view of the image that training leaves closer to the pixels: on seven 30-round models of 10,000
-  training images it re-clusters 0.701 against 0.695 on average, the worse p unchanged (0.645;
-  benchmarks/results/fedspectral_recluster.md, twelfth pass), so the Fashion-MNIST config uses it.
+  lower layer's view of the image: re-clustering seven final models of 10,000 training images it scored 0.701
+  against 0.695, but paired runs (the space does not change training) measured the level over rounds 11-30 0.001
+  lower on average over four models (benchmarks/results/fedspectral_recluster.md, twelfth and thirteenth passes),
+  so the Fashion-MNIST config does not use it.
 - Labels through the client (as k-FED, Dennis et al., ICML 2021): a sample's cluster is the server's label of the
   summary its client put it in; a sample no client holds (another split) takes its nearest summary's label.
 - Then each client smooths those labels over its own samples' nearest-neighbour graph: a majority vote of each
