@@ -35,7 +35,7 @@ from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.metrics import purity
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import local_summaries
-from fedclust.methods.fedspectral import FedSpectral
+from fedclust.methods.fedspectral import CLUSTER_SPACES, FedSpectral
 from fedclust.run import load_run
 
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--own-shares", type=float, nargs="+", default=[], metavar="SHARE",
                     help="with --anchored: also with only the anchors of clusters holding over SHARE of the client's "
                          "own labels")
-    ap.add_argument("--cluster-space", choices=["backbone", "projection", "input+backbone", "input+mid+backbone"],
+    ap.add_argument("--cluster-space", choices=CLUSTER_SPACES,
                     help="re-cluster in this space instead of the run's own (training does not depend on it)")
     args = ap.parse_args(argv)
     if args.draws and not args.spread:

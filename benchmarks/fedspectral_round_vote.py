@@ -57,16 +57,23 @@ def round_vote(rounds: list[torch.Tensor], parts: list, k: int) -> torch.Tensor:
     return voted
 
 
+def kept_rounds(run_dir: Path) -> tuple[list[torch.Tensor], list]:
+    """Every round's labels a recorded run kept (round_labels.pt) and its client parts; the run's last scoring and
+    its assignments.csv label the same model alike, so a label vector repeated at once is kept once."""
+    kept = torch.load(run_dir / "round_labels.pt", weights_only=True)
+    rounds: list[torch.Tensor] = []
+    for labels in kept["labels"]:
+        if not rounds or not torch.equal(labels, rounds[-1]):
+            rounds.append(labels)
+    return rounds, kept["parts"]
+
+
 def score(run_dir: Path, last: list[int]) -> None:
     from benchmarks.fedspectral_recluster import load  # refuses a test-split run
 
     data, _ = load(run_dir)
-    kept = torch.load(run_dir / "round_labels.pt", weights_only=True)
     y = data.labels.numpy()
-    rounds, parts = [], kept["parts"]
-    for labels in kept["labels"]:  # the run's last scoring and its assignments.csv label the same model alike
-        if not rounds or not torch.equal(labels, rounds[-1]):
-            rounds.append(labels)
+    rounds, parts = kept_rounds(run_dir)
     k = int(max(int(r.max()) for r in rounds)) + 1
     nmi = [normalized_mutual_info_score(y, r.numpy()) for r in rounds]
     late = nmi[len(nmi) // 3:]

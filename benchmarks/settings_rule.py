@@ -46,19 +46,14 @@ def final_nmi(run: Path, vote: int) -> tuple[float, bool]:
 
 
 def _voted_offline(run: Path, vote: int) -> float:
-    import torch
     from sklearn.metrics import normalized_mutual_info_score
 
     from benchmarks.fedspectral_recluster import load  # refuses a test-split run
-    from benchmarks.fedspectral_round_vote import round_vote
+    from benchmarks.fedspectral_round_vote import kept_rounds, round_vote
 
     data, method = load(run)
-    kept = torch.load(run / "round_labels.pt", weights_only=True)
-    rounds: list = []
-    for labels in kept["labels"]:  # the last scoring and assignments.csv label the same model alike: once
-        if not rounds or not torch.equal(labels, rounds[-1]):
-            rounds.append(labels)
-    voted = round_vote(rounds[-vote:], kept["parts"], method.num_clusters)
+    rounds, parts = kept_rounds(run)
+    voted = round_vote(rounds[-vote:], parts, method.num_clusters)
     return float(normalized_mutual_info_score(data.labels.numpy(), voted.numpy()))
 
 

@@ -56,7 +56,7 @@ What crosses the boundary: the model's weights (FedAvg) and, per client, its sum
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -80,7 +80,8 @@ from fedclust.seeding import int_seed
 # projector_input -> the grid of each trunk channel's means the projector sees (0: the flat output itself)
 _POOL_GRID = {"flat": 0, "pooled": 1, "pooled2x2": 2}
 
-_CLUSTER_SPACES = ("backbone", "projection", "input+backbone", "input+mid+backbone")
+ClusterSpace = Literal["backbone", "projection", "input+backbone", "input+mid+backbone"]
+CLUSTER_SPACES = get_args(ClusterSpace)
 
 LOCAL = "summary_of"  # ctx.state: which of its summaries each of the client's samples is in
 VOTERS = "voters_of"  # ctx.state: each of the client's samples and its vote_neighbors nearest (vote_neighbors > 0)
@@ -170,8 +171,7 @@ class FedSpectral(FederatedMethod):
                  summary_size: int = 20, min_summary_size: int = 5,
                  summaries: Literal["kmeans", "balanced"] = "kmeans", neighbors: int = 10,
                  kernel: Literal["cosine", "self_tuning"] = "cosine",
-                 cluster_space: Literal["backbone", "projection", "input+backbone",
-                                        "input+mid+backbone"] = "backbone",
+                 cluster_space: ClusterSpace = "backbone",
                  backbone_weight: float = 1.0, vote_neighbors: int = 0, spread_alpha: float = 0.0,
                  neighbor_positives: float = 0.0, round_vote: int = 1):
         super().__init__(num_clusters, batch_size)
@@ -189,8 +189,8 @@ class FedSpectral(FederatedMethod):
             raise ConfigError("method.flip", flip, "a probability in [0, 1]")
         if not 0 <= rotation <= 180:
             raise ConfigError("method.rotation", rotation, "an angle in degrees in [0, 180]")
-        if cluster_space not in _CLUSTER_SPACES:
-            raise ConfigError("method.cluster_space", cluster_space, ", ".join(_CLUSTER_SPACES))
+        if cluster_space not in CLUSTER_SPACES:
+            raise ConfigError("method.cluster_space", cluster_space, ", ".join(CLUSTER_SPACES))
         if not backbone_weight > 0:
             raise ConfigError("method.backbone_weight", backbone_weight, "a positive number")
         if not 0 <= spread_alpha < 1:
