@@ -1,12 +1,15 @@
 """The small probe scripts whose figures the results notes quote: round_spread, the recluster script's purity and
-ceiling, the space-ceiling script's blocks and the cluster holdings of a run."""
+ceiling, the space-ceiling script's blocks, the manifold-ceiling script's missing UMAP and the cluster holdings
+of a run."""
 
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from benchmarks.cluster_holdings import main as cluster_holdings
+from benchmarks.fedspectral_manifold_ceiling import manifold_nmi
 from benchmarks.fedspectral_recluster import central_spectral_nmi, summary_purity
 from benchmarks.fedspectral_space_ceiling import joined, pixel_block
 from benchmarks.round_spread import main as round_spread
@@ -87,3 +90,9 @@ def test_round_vote_probe_keeps_every_scorings_labels_and_votes_over_the_last_ro
     round_vote(["score", str(run), "--last", "1", "3"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith(f"{run}: 3 rounds") and "vote over the last  3 rounds: NMI 0." in lines[-1]
+
+
+def test_manifold_ceiling_says_how_to_install_umap_when_it_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "umap", None)  # import umap raises ImportError
+    with pytest.raises(SystemExit, match="pip install umap-learn"):
+        manifold_nmi(torch.rand(20, 3).numpy(), torch.zeros(20).numpy(), 2, 5, 2)
