@@ -233,6 +233,36 @@ def test_a_pooled2x2_projector_input_keeps_where_a_pattern_is_below_ccfcs_size()
         FedSpectral(projector_input="pooled3x3")
 
 
+def test_a_low_rank_projector_sees_every_flat_feature_below_ccfcs_size():
+    """projector_rank: the flat input's first layer factored through ``rank`` numbers: the projector still sees all
+    2,304 flat features (a change at any one position moves z), the model is below the packaged CCFC's, the product
+    of the two factors is the rank-limited first layer, and the clustering space does not change."""
+    from fedclust.api import resolve
+    from fedclust.data.info import DataInfo
+
+    info = DataInfo(num_classes=10, in_channels=1, input_size=28, num_features=784, is_image=True,
+                    min_client_size=100)
+    ccfc = resolve("ccfc_fmnist", {}, {}).init["method"]
+    flat, low = FedSpectral(), FedSpectral(projector_rank=128)
+    for method in (flat, low, ccfc):
+        method.build(info)
+    factor, first = low.projector[0], low.projector[1]
+    assert (factor.in_features, factor.out_features, factor.bias) == (2304, 128, None)
+    assert (first.in_features, first.out_features) == (128, 512)
+    assert sum(p.numel() for p in low.parameters()) < sum(p.numel() for p in ccfc.parameters())
+    assert torch.linalg.matrix_rank(first.weight @ factor.weight) <= 128
+    h = torch.zeros(1, 2304)
+    moved = h.clone()
+    moved[0, 2303] = 1.0  # the last channel's last position alone
+    with torch.no_grad():
+        assert not torch.allclose(low.projector(h), low.projector(moved))
+        low.trunk.load_state_dict(flat.trunk.state_dict())
+        x = torch.rand(4, 1, 28, 28)
+        assert torch.equal(low.embed(x), flat.embed(x))
+    with pytest.raises(ConfigError, match="projector_rank"):
+        FedSpectral(projector_rank=0)
+
+
 def test_vector_data_train_without_image_views(run_fit):
     from fedclust.data.config import DataConfig
 
