@@ -3,6 +3,7 @@
     title: k-FED and k-means on Fashion-MNIST      # the results file's heading
     data: Fashion-MNIST, all 70,000 images         # the data scale, in words
     notes: one run per cell; ...                   # optional: what a reader must know beside the table
+                                                   # (a blank line in a folded note starts a new paragraph)
     overrides: {data.split: test}                  # optional: `fedclust fit` overrides of every run
     grid:                                          # crossed with every config that has no grid of its own
       data.p: [0, 0.5, 1]                          # a fit key (dotted) -> its values
@@ -85,6 +86,11 @@ class Experiment:
     common: dict[str, object] = field(default_factory=dict)  # the overrides of every run
     grid: dict = field(default_factory=dict)  # the grid of the entries without their own, as declared
     runs: list[Run] = field(default_factory=list)
+
+    @property
+    def note_paragraphs(self) -> list[str]:
+        """The notes' paragraphs, each on one line (a folded YAML scalar keeps a blank line as a line break)."""
+        return [" ".join(par.split()) for par in self.notes.split("\n") if par.strip()]
 
     @property
     def grid_keys(self) -> list[str]:

@@ -41,6 +41,9 @@ RUNS = {  # label -> (packaged config, overrides)
         "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled"}),
     "FedSpectral (3 rounds), projector_input pooled2x2": ("fedspectral_fmnist", {
         "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled2x2"}),
+    # the flat input through a rank-128 first layer (fedspectral_recluster.md, fifteenth pass)
+    "FedSpectral (3 rounds), projector_rank 128": ("fedspectral_fmnist", {
+        "method.init_args.rounds": 3, "method.init_args.projector_rank": 128}),
 }
 RETURN_MEMORY = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 

@@ -62,7 +62,8 @@ def section(csv_path: Path, rows: list[dict], exp: Experiment | None, why: str, 
     lines = [f"## {exp.title if exp else name}", ""]
     lines += [f"Data: {exp.data}", ""] if exp else [f"Its experiment does not load ({why}): the CSV's own columns.", ""]
     if exp and exp.notes:
-        lines += [f"Schedule and settings: {' '.join(exp.notes.split())}", ""]
+        first, *more = exp.note_paragraphs
+        lines += [f"Schedule and settings: {first}", ""] + [line for par in more for line in (par, "")]
     if exp:
         runs = [f"{e['label']} `{e['config']}`" + "".join(f", {part} {_describe(e[part])}" for part in
                                                            ("overrides", "grid") if part in e) for e in exp.entries]

@@ -185,8 +185,8 @@ def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
                 "commit column says what they ran, the history of this file when)" if unrecorded else "")
              + f"; this file written {now()} on {machine(False)}.",
              "", f"Data: {exp.data}", ""]
-    if exp.notes:
-        lines += [exp.notes.strip(), ""]
+    for paragraph in exp.note_paragraphs:
+        lines += [paragraph, ""]
     lines += ["Settings:", ""] + [f"- {entry['label']}: `{entry['config']}`" + "".join(
         f"; {part} {_describe(entry[part])}" for part in ("overrides", "grid") if part in entry)
         for entry in exp.entries]

@@ -16,7 +16,8 @@ def _write_csv(path, rows):
 
 
 def test_results_page_puts_each_paper_cell_beside_the_measured_value(tmp_path, write_experiment, tiny_spec):
-    spec = tiny_spec(grid={"data.p": [0, 1], "seed": [1, 2]}, notes="3 of 130 rounds", plot=None,
+    spec = tiny_spec(grid={"data.p": [0, 1], "seed": [1, 2]}, notes="3 of 130  rounds\nA second   paragraph.",
+                     plot=None,
                      paper=[{"metric": "nmi", "source": "CCFC Table 1", "by": "data.p",
                              "cells": {"k-FED": {0: 0.5932, 1: 0.5452}}}])
     spec = {k: v for k, v in spec.items() if v is not None}
@@ -41,7 +42,9 @@ def test_results_page_puts_each_paper_cell_beside_the_measured_value(tmp_path, w
     assert rows["1"].startswith("| k-FED | 1 | 1 | 3 | 0.5000 | 0.5452 |")
     header = next(line for line in text.splitlines() if line.startswith("| method"))
     assert header == "| method | p | seeds | rounds | nmi | paper nmi | seconds_per_round | commit |"
-    assert "Data: 8x8 digits" in text and "3 of 130 rounds" in text and "CCFC Table 1" in text
+    assert "Data: 8x8 digits" in text and "CCFC Table 1" in text
+    # a folded note's line break (a blank line in its YAML) is a paragraph; the rest of its whitespace is one space
+    assert "Schedule and settings: 3 of 130 rounds\n\nA second paragraph.\n" in text
     assert "[tiny.md](../results/tiny.md) (3 of 4 runs done)" in text
     assert "| KM | 0.7000 | 0.6070 |" in text and "the CSV's own columns" in text  # the CSV's own paper cell
     assert text.index("## tiny") < text.index("gone")  # a gone experiment's data is unknown: last

@@ -36,7 +36,7 @@ def _fake_run(root, run, final=True, commit="abc123def456", record_fingerprint=N
 
 @pytest.fixture
 def tiny(write_experiment, tiny_spec, tmp_path):
-    path = write_experiment(tiny_spec(grid={"seed": [1, 2, 3, 4]},
+    path = write_experiment(tiny_spec(grid={"seed": [1, 2, 3, 4]}, notes="Each run  as packaged.\nThe history.",
                                       metrics=["nmi", "rounds", "seconds_per_round", "seconds", "commit"]))
     return load(str(path), path.parent), tmp_path / "runs" / "tiny", tmp_path / "results"
 
@@ -67,6 +67,7 @@ def test_report_shows_partial_results_with_their_state_and_commit(tiny):
     assert "| method | state | seed | nmi | paper nmi | rounds | seconds_per_round | commit |" in text
     assert "| k-FED | done | 1 | 0.7500 | 0.5000 | 3 | 4.0 | abc123def456 |" in text
     assert "| k-FED | pending | 3 |" in text and "1 of 4 runs done" in text
+    assert "\n\nEach run as packaged.\n\nThe history.\n\n" in text  # the notes' paragraphs, each on its own
 
 
 def test_a_damaged_start_record_makes_the_folder_stale_not_a_crash(tiny):
