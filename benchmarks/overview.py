@@ -61,7 +61,7 @@ def section(csv_path: Path, rows: list[dict], exp: Experiment | None, why: str, 
     done = [r for r in rows if r.get("state", "done") == "done"]
     lines = [f"## {exp.title if exp else name}", ""]
     lines += [f"Data: {exp.data}", ""] if exp else [f"Its experiment does not load ({why}): the CSV's own columns.", ""]
-    if exp and exp.notes:
+    if exp and exp.note_paragraphs:
         first, *more = exp.note_paragraphs
         lines += [f"Schedule and settings: {first}", ""] + [line for par in more for line in (par, "")]
     if exp:
