@@ -224,14 +224,14 @@ class FedSpectral(FederatedMethod):
         self.trunk = build_backbone(hp.backbone, info.in_channels, info.input_size or None,
                                     in_features=info.num_features, resize=hp.resize, norm=hp.norm)
         grid = _POOL_GRID[hp.projector_input]
-        pool, width = [], self.trunk.out_dim  # flat: the projector's first layer is its first module, as before
+        before, width = [], self.trunk.out_dim  # what comes before the first layer (flat: nothing, as before)
         if grid:
             pooling, width = channel_pool(self.trunk.out_channels, self.trunk.out_dim, grid)
-            pool = [pooling]
+            before.append(pooling)
         if hp.projector_rank:  # the first layer as two: in -> rank (no bias) -> hidden
-            pool.append(nn.Linear(width, hp.projector_rank, bias=False))
+            before.append(nn.Linear(width, hp.projector_rank, bias=False))
             width = hp.projector_rank
-        self.projector = nn.Sequential(*pool, nn.Linear(width, hp.projector_hidden), nn.ReLU(inplace=True),
+        self.projector = nn.Sequential(*before, nn.Linear(width, hp.projector_hidden), nn.ReLU(inplace=True),
                                        nn.Linear(hp.projector_hidden, hp.latent_dim))
         if not info.is_image:
             self.views = None  # vectors: views are the samples themselves plus Gaussian noise (see _view)

@@ -235,8 +235,8 @@ def test_a_pooled2x2_projector_input_keeps_where_a_pattern_is_below_ccfcs_size()
 
 def test_a_low_rank_projector_sees_every_flat_feature_below_ccfcs_size():
     """projector_rank: the flat input's first layer factored through ``rank`` numbers: the projector still sees all
-    2,304 flat features (a change at any one position moves z), the model is below the packaged CCFC's, the product
-    of the two factors is the rank-limited first layer, and the clustering space does not change."""
+    2,304 flat features (a change at any one position moves z), the model is below the packaged CCFC's, and the
+    clustering space does not change."""
     from fedclust.api import resolve
     from fedclust.data.info import DataInfo
 
@@ -250,7 +250,6 @@ def test_a_low_rank_projector_sees_every_flat_feature_below_ccfcs_size():
     assert (factor.in_features, factor.out_features, factor.bias) == (2304, 128, None)
     assert (first.in_features, first.out_features) == (128, 512)
     assert sum(p.numel() for p in low.parameters()) < sum(p.numel() for p in ccfc.parameters())
-    assert torch.linalg.matrix_rank(first.weight @ factor.weight) <= 128
     h = torch.zeros(1, 2304)
     moved = h.clone()
     moved[0, 2303] = 1.0  # the last channel's last position alone
