@@ -33,17 +33,20 @@ COMMON = {"data.split": "test", "data.p": 0, "seed": 0, "federation.eval_every":
 RUNS = {  # label -> (packaged config, overrides)
     "CCFC (2 SimSiam + 2 cluster rounds)": ("ccfc_fmnist", {"method.init_args.pretrain_rounds": 2,
                                                             "method.init_args.cluster_rounds": 2}),
-    # the shipped FedSpectral: its projector sees the trunk's 2,304 flat features (a 2,304 x 512 first layer)
+    # the shipped FedSpectral: its projector sees the trunk's 2,304 flat features through a rank-128 first layer
+    # (2,304 x 128, then 128 x 512; fedspectral_recluster.md, fifteenth pass)
     "FedSpectral (3 rounds)": ("fedspectral_fmnist", {"method.init_args.rounds": 3}),
-    # the smaller projectors tried for this clause (fedspectral_recluster.md, ninth and tenth passes): each of the
-    # 256 channels' mean, and each channel's means over a 2 x 2 grid
+    # the full first layer (2,304 x 512, shipped until c8d1885) and the smaller projectors tried for this clause
+    # (fedspectral_recluster.md, ninth and tenth passes): each of the 256 channels' mean, and each channel's means
+    # over a 2 x 2 grid
+    "FedSpectral (3 rounds), full flat first layer": ("fedspectral_fmnist", {
+        "method.init_args.rounds": 3, "method.init_args.projector_rank": "null"}),
     "FedSpectral (3 rounds), projector_input pooled": ("fedspectral_fmnist", {
-        "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled"}),
+        "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled",
+        "method.init_args.projector_rank": "null"}),
     "FedSpectral (3 rounds), projector_input pooled2x2": ("fedspectral_fmnist", {
-        "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled2x2"}),
-    # the flat input through a rank-128 first layer (fedspectral_recluster.md, fifteenth pass)
-    "FedSpectral (3 rounds), projector_rank 128": ("fedspectral_fmnist", {
-        "method.init_args.rounds": 3, "method.init_args.projector_rank": 128}),
+        "method.init_args.rounds": 3, "method.init_args.projector_input": "pooled2x2",
+        "method.init_args.projector_rank": "null"}),
 }
 RETURN_MEMORY = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
