@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import plotly.graph_objects as go
 
@@ -29,11 +29,12 @@ def curves(runs: list[RunRecord], metric: str) -> go.Figure:
 
 
 def _groups(runs: list[RunRecord], key, x_of) -> dict[tuple, dict[float, list[float]]]:
-    """Final NMI of runs grouped by ``key(run)``, then by ``x_of(run)`` (several seeds -> several values)."""
+    """Final NMI of runs grouped by ``key(run)``, then by ``x_of(run)`` (several seeds -> several values); a run
+    without its final scores (still going, or stopped) is left out: its last round is not its result."""
     out: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         x = x_of(run)
-        if x is not None and "nmi" in run.final:
+        if x is not None and run.finished and "nmi" in run.final:
             out[key(run)][x].append(run.final["nmi"])
     return out
 
@@ -48,21 +49,26 @@ def _mean_trace(name: str, by_x: dict[float, list[float]], dash: str | None = No
 
 def heterogeneity(runs: list[RunRecord]) -> list[go.Figure]:
     """Final NMI against p (one figure) and against alpha (another), one line per method / data / failure
-    rate (mean and spread over seeds), with the paper's numbers as dashed lines where the setting is one of
-    CCFC Table 1's. Only knobs that some line varies get a figure."""
-    groups = _groups(runs, key=lambda r: (r.heterogeneity[0], r.method, r.data, r.partition, r.disconnect_rate),
+    rate / number of rounds (mean and spread over seeds; a method run at two schedules is two lines, named by
+    their rounds), with the paper's numbers as dashed lines where the setting is one of CCFC Table 1's. Only
+    knobs that some line varies get a figure."""
+    groups = _groups(runs, key=lambda r: (r.heterogeneity[0], r.method, r.data, r.partition, r.disconnect_rate,
+                                          len(r.history)),
                      x_of=lambda r: r.heterogeneity[1] if r.heterogeneity else None)
     out = []
     for knob in sorted({key[0] for key in groups}):
         mine = {key: by_x for key, by_x in groups.items() if key[0] == knob}
         if not any(len(v) > 1 for v in mine.values()):
             continue
-        fig = go.Figure()
-        for (_, method, data, partition, rate), by_x in sorted(mine.items()):
-            suffix = f", failures {rate:g}" if rate else ""
+        schedules = Counter(key[:5] for key in mine)  # a setting run at several numbers of rounds
+        fig, papers = go.Figure(), set()
+        for (_, method, data, partition, rate, rounds), by_x in sorted(mine.items()):
+            suffix = (f", failures {rate:g}" if rate else "") + (
+                f", {rounds} rounds" if schedules[(knob, method, data, partition, rate)] > 1 else "")
             fig.add_trace(_mean_trace(f"{method} on {data}{suffix}", by_x))
             paper = reference(method, data, partition)
-            if paper is not None and not rate:
+            if paper is not None and not rate and (method, data, partition) not in papers:
+                papers.add((method, data, partition))
                 fig.add_trace(go.Scatter(x=paper[0], y=paper[1], mode="lines", line=dict(dash="dash"),
                                          name=f"{method} on {data}, paper (CCFC Table 1)"))
         title = "p (pshift)" if knob == "p" else "Dirichlet alpha"

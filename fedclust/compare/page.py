@@ -19,6 +19,8 @@ from fedclust.errors import ConfigError
 from fedclust.parsers import command_parser
 from fedclust.run_folder import write_output
 
+UNFINISHED = ("<p>An unfinished run (no final.json: still going, or stopped part-way) shows its last scored round in "
+              "the table and is left out of the plots against heterogeneity and failures.</p>")
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}h2{margin-top:32px}
@@ -40,8 +42,11 @@ def compare(runs: list[str], output: str = "compare.html", title: str = "fedclus
         raise ConfigError("output", output, "a file path for the HTML page, not a folder")
     # a file that could not be read: one line here, above the table (diagnostics files: above theirs)
     notes = [*skipped, *(f"{run.name}: {note}" for run in records for note in run.notes)]
-    counted = f"{len(records)} runs" + (f", {len(skipped)} skipped" if skipped else "")
+    unfinished = sum(not r.finished for r in records)
+    counted = (f"{len(records)} runs" + (f", {len(skipped)} skipped" if skipped else "")
+               + (f", {unfinished} unfinished" if unfinished else ""))
     sections = [f"<h1>{html.escape(title)}</h1><p>{counted}, written {time.strftime('%Y-%m-%d %H:%M')}</p>",
+                *([UNFINISHED] if unfinished else []),
                 "<h2>Final metrics</h2>", *(f'<p class="note">{html.escape(note)}</p>' for note in notes),
                 final_table(records)]
     if diagnosed := diagnostics.section(records):  # runs diagnosed by fit or evaluate (--diagnose true)
@@ -97,7 +102,8 @@ def final_table(records: list[RunRecord]) -> str:
     for r in records:
         het = f"{r.heterogeneity[0]} = {r.heterogeneity[1]:g}" if r.heterogeneity else ""
         cells = [r.name, r.method, r.data, r.partition, het, f"{r.disconnect_rate:g}", str(r.seed),
-                 str(len(r.history)), *(f"{r.final[m]:.4f}" if m in r.final else "" for m in METRICS),
+                 str(len(r.history)) + ("" if r.finished else ", unfinished"),
+                 *(f"{r.final[m]:.4f}" if m in r.final else "" for m in METRICS),
                  "" if math.isnan(r.seconds_per_round) else f"{r.seconds_per_round:.1f}"]
         rows.append("<tr>" + "".join(f'<td class="{"l" if i < 4 else ""}">{html.escape(c)}</td>'
                                      for i, c in enumerate(cells)) + "</tr>")

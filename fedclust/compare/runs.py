@@ -26,6 +26,7 @@ class RunRecord:
     folder: Path
     history: list[dict[str, float]] = field(default_factory=list)  # metrics.csv rows (missing values are nan)
     final: dict[str, float] = field(default_factory=dict)  # final.json, else the last scored round
+    finished: bool = True  # False when the folder has no final.json: a run still going, or stopped part-way
     # what config.yaml says ("?", None, 0 where it could not be read)
     method: str = "?"  # the paper's label for the configured method (KM, k-FED, CCFC, ...)
     data: str = "?"
@@ -104,7 +105,8 @@ def load_run_record(folder: Path) -> RunRecord:
     if settings is None and not (history or final or counts or diagnostics.rounds or diagnostics.finals):
         raise Unreadable("; ".join(notes + diagnostics.notes) or "config.yaml could not be read")
     return RunRecord(name=folder.name, folder=folder, history=history, final=final, counts=counts,
-                     diagnostics=diagnostics, notes=notes, **(settings or {}))
+                     finished=(folder / "final.json").exists(), diagnostics=diagnostics, notes=notes,
+                     **(settings or {}))
 
 
 def _settings(text: str) -> dict:

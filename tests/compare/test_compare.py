@@ -274,3 +274,45 @@ def test_a_folder_that_cannot_be_listed_is_one_sentence(tmp_path, monkeypatch, c
         assert main(["compare", str(locked), "--output", str(tmp_path / "page.html")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("fedclust: error: runs = ") and "config.yaml" in err[0]
+
+
+def test_an_unfinished_run_is_marked_and_kept_out_of_the_plots_against_p(tmp_path, capsys):
+    """A run still going (no final.json) shows its last scored round, marked, and does not pull the final NMI
+    against p down to a round-1 score."""
+    from fedclust.compare import figures
+
+    root = tmp_path / "sweep"
+    for seed in (1, 2):
+        fake_run(root, f"done_p0_s{seed}", p=0.0, seed=seed, nmi=0.6)
+        fake_run(root, f"done_p1_s{seed}", p=1.0, seed=seed, nmi=0.8)
+    going = fake_run(root, "going_p1", p=1.0, seed=3, nmi=0.1)
+    (going / "final.json").unlink()
+    out = tmp_path / "page.html"
+
+    assert main(["compare", str(root), "--output", str(out)]) == 0
+
+    page = out.read_text()
+    assert "5 runs, 1 unfinished" in page and "left out of the plots against heterogeneity" in page
+    rows = {cells[0]: cells for cells in (re.findall(r"<td[^>]*>(.*?)</td>", row)
+                                          for row in re.findall(r"<tr>(.*?)</tr>", page)) if cells}
+    assert rows["going_p1"][7] == "3, unfinished" and rows["going_p1"][8] == "0.1000"  # its last scored round
+    assert rows["done_p1_s1"][7] == "3"
+    (against_p,) = figures.heterogeneity(load_runs([str(root)]))
+    (mine,) = [t for t in against_p.data if "paper" not in t.name]
+    assert list(mine.y) == [0.6, 0.8]  # p = 1 is the two finished seeds' mean, not pulled to 0.5 by the 0.1
+    assert "(5 runs, 1 unfinished)" in capsys.readouterr().out
+
+
+def test_a_method_run_at_two_schedules_is_two_lines_against_p(tmp_path):
+    """CCFC at 30 and at 130 rounds are two results, not two seeds of one: each is its own line, named by its
+    rounds, and the paper's line is drawn once."""
+    from fedclust.compare import figures
+
+    root = tmp_path / "sweep"
+    for p in (0.0, 1.0):
+        fake_run(root, f"short_p{p}", method="CCFC", p=p, nmi=0.3, rounds=3)
+        fake_run(root, f"whole_p{p}", method="CCFC", p=p, nmi=0.5, rounds=5)
+    (against_p,) = figures.heterogeneity(load_runs([str(root)]))
+    lines = {t.name: list(t.y) for t in against_p.data}
+    assert lines == {"CCFC on fmnist, 3 rounds": [0.3, 0.3], "CCFC on fmnist, 5 rounds": [0.5, 0.5],
+                     "CCFC on fmnist, paper (CCFC Table 1)": lines["CCFC on fmnist, paper (CCFC Table 1)"]}
