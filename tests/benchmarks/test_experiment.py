@@ -72,7 +72,7 @@ def test_grid_crosses_each_config_and_a_config_may_have_its_own(write_experiment
 
 def test_heterogeneity_experiment_is_what_issue_22_asks_for():
     exp = load("heterogeneity_fmnist", EXPERIMENTS)
-    assert exp.labels == ["k-FED", "KM", "FedSpectral", "CCFC++ (20+10)", "CCFC (20+10)"]
+    assert exp.labels == ["k-FED", "KM", "FedSpectral", "CCFC++ (20+10)", "CCFC (20+10)", "CCFC++", "CCFC"]
     assert all(r.point.overrides["data.split"] == "test" for r in exp.runs)
     every_p = {0, 0.25, 0.5, 0.75, 1}
     for label in ("k-FED", "FedSpectral"):
@@ -81,9 +81,13 @@ def test_heterogeneity_experiment_is_what_issue_22_asks_for():
         runs = [r for r in exp.runs if r.label == label]
         assert {r.values["data.p"] for r in runs} == {0, 0.5, 1}
         assert all(r.point.overrides["method.init_args.pretrain_rounds"] == 20 for r in runs)
+    for label in ("CCFC++", "CCFC"):  # and both at their packaged whole schedule
+        runs = [r for r in exp.runs if r.label == label]
+        assert {r.values["data.p"] for r in runs} == {0, 0.5, 1}
+        assert all("method.init_args.pretrain_rounds" not in r.point.overrides for r in runs)
     assert [r.values for r in exp.runs if r.label == "KM"] == [{"seed": 0}]
     seeds = {(r.values["data.p"], r.values["seed"]) for r in exp.runs if r.label == "FedSpectral"}
-    assert {(0, 1), (0, 2), (1, 1), (1, 2), (0.5, 0)} <= seeds and (0.5, 1) not in seeds
+    assert seeds == {(p, seed) for p in every_p for seed in (0, 1, 2)}  # the issue asks seeds 1-2 at p = 0 and 1
     assert exp.columns == ["method", "p", "seed", "rounds", "nmi", "acc", "ari", "kappa", "seconds_per_round",
                            "peak_memory_mb", "commit"]
     assert exp.plot == {"x": "data.p", "y": "nmi"}
