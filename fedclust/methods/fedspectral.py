@@ -78,12 +78,13 @@ from fedclust.losses.contrastive import nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.nn.backbones import build_backbone, with_mid_features
 from fedclust.nn.heads import channel_pool
+from fedclust.nn.hog import hog
 from fedclust.seeding import int_seed
 
 # projector_input -> the grid of each trunk channel's means the projector sees (0: the flat output itself)
 _POOL_GRID = {"flat": 0, "pooled": 1, "pooled2x2": 2}
 
-ClusterSpace = Literal["backbone", "projection", "input+backbone", "input+mid+backbone"]
+ClusterSpace = Literal["backbone", "projection", "input+backbone", "input+mid+backbone", "hog+backbone"]
 CLUSTER_SPACES = get_args(ClusterSpace)
 
 LOCAL = "summary_of"  # ctx.state: which of its summaries each of the client's samples is in
@@ -139,10 +140,15 @@ class FedSpectral(FederatedMethod):
             "projection" (z), or "input+backbone" (the unit-normalised input beside the unit-normalised trunk
             features: the learned features add to the input's own geometry instead of replacing it), or
             "input+mid+backbone" (a third unit block between them: the trunk's mid-level features,
-            fedclust/nn/backbones.with_mid_features; on convnet28 its second block's 128 maps averaged to 3 x 3).
-        backbone_weight: In "input+backbone" and "input+mid+backbone", the trunk's unit features are scaled by this
-            before the blocks are joined and normalised again (1: equal shares of every cosine; larger leans on what
-            was learned).
+            fedclust/nn/backbones.with_mid_features; on convnet28 its second block's 128 maps averaged to 3 x 3),
+            or "hog+backbone" (the input's histograms of oriented gradients, fedclust/nn/hog.py, instead of its
+            pixels: a fixed description of local shape that brightness does not move; images only).
+        backbone_weight: In "input+backbone", "input+mid+backbone" and "hog+backbone", the trunk's unit features
+            are scaled by this
+            before the blocks are joined and normalised again (1: equal shares of every cosine; larger leans on
+            what was learned).
+        hog_cell: In "hog+backbone", the side in pixels of the HOG's square cells (4: 7 x 7 cells on 28 x 28 images).
+        hog_bins: In "hog+backbone", the HOG's orientation bins over [0, pi) (9: Dalal & Triggs').
         vote_neighbors: When the server's labels come back, each client relabels every sample by the majority label
             among it and its ``vote_neighbors`` nearest samples of its own (0: off), found in the features its
             summaries were made from. A summary gives all its members one label, so the minority of a mixed
@@ -183,12 +189,12 @@ class FedSpectral(FederatedMethod):
                  kernel: Literal["cosine", "self_tuning"] = "cosine",
                  cluster_space: ClusterSpace = "backbone",
                  backbone_weight: float = 1.0, vote_neighbors: int = 0, spread_alpha: float = 0.0,
-                 neighbor_positives: float = 0.0, round_vote: int = 1):
+                 neighbor_positives: float = 0.0, round_vote: int = 1, hog_cell: int = 4, hog_bins: int = 9):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("summary_size", summary_size, 1), ("min_summary_size", min_summary_size, 1),
                                  ("neighbors", neighbors, 1), ("vote_neighbors", vote_neighbors, 0),
-                                 ("round_vote", round_vote, 1)):
+                                 ("round_vote", round_vote, 1), ("hog_cell", hog_cell, 1), ("hog_bins", hog_bins, 2)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
         if projector_rank is not None and (not isinstance(projector_rank, int) or projector_rank < 1):
@@ -224,6 +230,14 @@ class FedSpectral(FederatedMethod):
     def build(self, info: DataInfo) -> None:
         super().build(info)
         hp = self.hparams
+        if hp.cluster_space == "hog+backbone":
+            if not info.is_image:
+                raise ConfigError("method.cluster_space", hp.cluster_space,
+                                  f"one of {', '.join(s for s in CLUSTER_SPACES if s != 'hog+backbone')} "
+                                  "(the data are vectors, not images)")
+            if hp.hog_cell > info.input_size:
+                raise ConfigError("method.hog_cell", hp.hog_cell,
+                                  f"an integer from 1 to the images' side, {info.input_size}")
         self.trunk = build_backbone(hp.backbone, info.in_channels, info.input_size or None,
                                     in_features=info.num_features, resize=hp.resize, norm=hp.norm)
         grid = _POOL_GRID[hp.projector_input]
@@ -366,6 +380,9 @@ class FedSpectral(FederatedMethod):
             h, mid = with_mid_features(self.trunk, x)
             trunk = self.hparams.backbone_weight * F.normalize(h, dim=1)
             return F.normalize(torch.cat([F.normalize(x.flatten(1), dim=1), F.normalize(mid, dim=1), trunk], 1), dim=1)
+        if space == "hog+backbone":  # the input's HOG block beside the trunk's (weighted), joined
+            trunk = self.hparams.backbone_weight * F.normalize(self.trunk(x), dim=1)
+            return F.normalize(torch.cat([hog(x, self.hparams.hog_cell, self.hparams.hog_bins), trunk], 1), dim=1)
         h = self.trunk(x)
         if space == "projection":
             return F.normalize(self.projector(h), dim=1)

@@ -303,3 +303,36 @@ def test_backbone_weight_leans_the_clustering_space_on_the_trunk():
         d_in = x.flatten(1).shape[1]
         torch.testing.assert_close(e.norm(dim=1), torch.ones(len(x)))
         torch.testing.assert_close(e[:, d_in:].pow(2).sum(1), torch.full((len(x),), w * w / (1 + w * w)))
+
+
+def test_the_hog_space_joins_the_inputs_hog_beside_the_trunk():
+    """hog+backbone: the input's unit HOG block (fedclust/nn/hog.py) beside the trunk's unit features scaled by
+    backbone_weight, joined and normalised again; refused on vectors and for cells larger than the images."""
+    from fedclust.data.config import DataConfig
+    from fedclust.nn.hog import hog
+
+    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)  # 8 x 8 digits
+    x = next(iter(data.iter_all()))
+    method = tiny(cluster_space="hog+backbone", backbone_weight=2.0, hog_cell=2, hog_bins=6)
+    method.build(data.info)
+    method.eval()
+    with torch.no_grad():
+        unit = torch.nn.functional.normalize
+        expected = unit(torch.cat([hog(x, 2, 6), 2.0 * unit(method.trunk(x), dim=1)], 1), dim=1)
+        torch.testing.assert_close(method.embed(x), expected)
+    assert method.embed(x).shape[1] == 6 * 4 * 4 + method.trunk.out_dim
+    with pytest.raises(ConfigError, match="method.hog_cell"):
+        tiny(cluster_space="hog+backbone", hog_cell=9).build(data.info)
+    vectors = build_federated_data(DataConfig(name="gaussian", num_clients=2, partition="iid",
+                                              options={"num_clusters": 3, "points_per_cluster": 20, "dim": 8}),
+                                   torch.device("cpu"), 0)
+    with pytest.raises(ConfigError, match="method.cluster_space.*vectors"):
+        tiny(cluster_space="hog+backbone").build(vectors.info)
+    for bad in (dict(hog_cell=0), dict(hog_bins=1)):
+        with pytest.raises(ConfigError, match="method.hog_"):
+            tiny(**bad)
+
+
+def test_a_run_clusters_in_the_hog_space(run_fit):
+    metrics = run_fit(tiny(cluster_space="hog+backbone", hog_cell=2, vote_neighbors=3, spread_alpha=0.9))
+    assert 0.3 < metrics["nmi"] <= 1  # digits: HOG alone already groups them well above chance
