@@ -40,6 +40,14 @@ whole_schedule_findings.md, ccfc_stage1_fmnist_test.md):
   against 0.695, but paired runs (the space does not change training) measured the level over rounds 11-30 0.001
   lower on average over four models (benchmarks/results/fedspectral_recluster.md, twelfth and thirteenth passes),
   so the Fashion-MNIST config does not use it.
+  "hog+backbone" puts the images' histograms of oriented gradients (Dalal & Triggs, CVPR 2005;
+  fedclust/nn/hog.py) where the pixels were: a fixed, label-free description of local shape that brightness and
+  contrast do not move (the project's probes found brightness dominating what contrastive views learn). The
+  Fashion-MNIST config uses it: four paired 30-round runs on 10,000 training images (p = 0 / 0.5 / 0.75 / 1; the
+  space does not change training) levelled over rounds 11-30 at 0.669 / 0.668 / 0.661 / 0.779 against 0.646 /
+  0.650 / 0.646 / 0.768 with the pixels (fedspectral_recluster.md, sixteenth pass). What federated training adds
+  in that space: the same runs' first round (a trunk after one local epoch beside the HOG block) scored 0.653 /
+  0.657 / 0.667 / 0.765, so +0.016 / +0.011 / -0.006 / +0.015 to the level.
 - Labels through the client (as k-FED, Dennis et al., ICML 2021): a sample's cluster is the server's label of the
   summary its client put it in; a sample no client holds (another split) takes its nearest summary's label.
 - Then each client smooths those labels over its own samples' nearest-neighbour graph: a majority vote of each
