@@ -152,9 +152,8 @@ class FedSpectral(FederatedMethod):
             or "hog+backbone" (the input's histograms of oriented gradients, fedclust/nn/hog.py, instead of its
             pixels: a fixed description of local shape that brightness does not move; images only).
         backbone_weight: In "input+backbone", "input+mid+backbone" and "hog+backbone", the trunk's unit features
-            are scaled by this
-            before the blocks are joined and normalised again (1: equal shares of every cosine; larger leans on
-            what was learned).
+            are scaled by this before the blocks are joined and normalised again (1: equal shares of every cosine;
+            larger leans on what was learned).
         hog_cell: In "hog+backbone", the side in pixels of the HOG's square cells (4: 7 x 7 cells on 28 x 28 images).
         hog_bins: In "hog+backbone", the HOG's orientation bins over [0, pi) (9: Dalal & Triggs').
         vote_neighbors: When the server's labels come back, each client relabels every sample by the majority label
