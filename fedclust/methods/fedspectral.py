@@ -383,20 +383,24 @@ class FedSpectral(FederatedMethod):
     # --- evaluation ---------------------------------------------------------------------------------
     def embed(self, x: Tensor) -> Tensor:
         space = self.hparams.cluster_space
-        if space == "input+mid+backbone":  # three unit blocks: the input, the trunk's mid level, its output (weighted)
+        if space == "input+mid+backbone":  # the input, the trunk's mid level, its output
             h, mid = with_mid_features(self.trunk, x)
-            trunk = self.hparams.backbone_weight * F.normalize(h, dim=1)
-            return F.normalize(torch.cat([F.normalize(x.flatten(1), dim=1), F.normalize(mid, dim=1), trunk], 1), dim=1)
-        if space == "hog+backbone":  # the input's HOG block beside the trunk's (weighted), joined
-            trunk = self.hparams.backbone_weight * F.normalize(self.trunk(x), dim=1)
-            return F.normalize(torch.cat([hog(x, self.hparams.hog_cell, self.hparams.hog_bins), trunk], 1), dim=1)
+            return self._joined([F.normalize(x.flatten(1), dim=1), F.normalize(mid, dim=1)], h)
         h = self.trunk(x)
+        if space == "hog+backbone":  # hog() returns unit rows already
+            return self._joined([hog(x, self.hparams.hog_cell, self.hparams.hog_bins)], h)
+        if space == "input+backbone":
+            return self._joined([F.normalize(x.flatten(1), dim=1)], h)
         if space == "projection":
             return F.normalize(self.projector(h), dim=1)
-        if space == "input+backbone":  # two unit blocks (the trunk's scaled by backbone_weight), joined
-            trunk = self.hparams.backbone_weight * F.normalize(h, dim=1)
-            return F.normalize(torch.cat([F.normalize(x.flatten(1), dim=1), trunk], 1), dim=1)
         return F.normalize(h, dim=1)
+
+    def _joined(self, unit_blocks: list[Tensor], h: Tensor) -> Tensor:
+        """The joined spaces: unit-norm blocks beside the trunk's unit output scaled by ``backbone_weight``, the
+        whole row re-normalised, so each block weighs the same whatever its width (a 784-pixel block and a
+        256-number trunk alike)."""
+        trunk = self.hparams.backbone_weight * F.normalize(h, dim=1)
+        return F.normalize(torch.cat([*unit_blocks, trunk], 1), dim=1)
 
     def assign(self, x: Tensor) -> Tensor:
         if self.summaries is None:
