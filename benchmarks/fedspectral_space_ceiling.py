@@ -16,8 +16,13 @@ With `--blocks`, it also scores other learned blocks beside the shipped two (con
 convolution block's maps averaged to 3 x 3 (`mid`, 1,152 numbers: a lower layer's view of the image) and the
 projector's hidden layer (`hidden`, after its ReLU), each alone and beside raw pixels and the trunk.
 
-Usage: python -m benchmarks.fedspectral_space_ceiling RUN_FOLDER [--views 4] [--neighbors 5] [--blocks-only]
-Results: benchmarks/results/fedspectral_recluster.md ("Fourth pass").
+With `--hog`, it scores the images' histograms of oriented gradients (fedclust/nn/hog.py, `--hog-cell`, `--hog-bins`)
+instead: alone, beside the trunk (FedSpectral's `cluster_space: hog+backbone`) and beside the pixels and the trunk;
+then k-means(10) on the HOG vectors and on the unit pixels at three seeds, to tell whether the descriptor alone is
+a better baseline or only a better graph.
+
+Usage: python -m benchmarks.fedspectral_space_ceiling RUN_FOLDER [--views 4] [--neighbors 5] [--blocks-only | --hog]
+Results: benchmarks/results/fedspectral_recluster.md ("Fourth pass"; `--hog`: "Sixteenth pass").
 """
 
 from __future__ import annotations
@@ -28,8 +33,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from sklearn.cluster import KMeans
+from sklearn.metrics import normalized_mutual_info_score
 
 from benchmarks.fedspectral_recluster import central_spectral_nmi, load
+from fedclust.nn.hog import hog
 
 PIXELS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # (n, d) flattened images -> the block, before unit norm
     "raw": lambda x: x,
@@ -56,6 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--neighbors", type=int, default=5)
     ap.add_argument("--blocks-only", action="store_true",
                     help="score only the other learned blocks (mid, hidden) beside the shipped space")
+    ap.add_argument("--hog", action="store_true", help="score the HOG block (alone, beside the trunk, k-means on it)")
+    ap.add_argument("--hog-cell", type=int, default=4)
+    ap.add_argument("--hog-bins", type=int, default=9)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     data, method = load(args.run)
@@ -69,6 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     plain = trunk(images)
     if args.blocks_only:
         return score_blocks(method, images, plain, y, k, args.neighbors)
+    if args.hog:
+        return score_hog(images, plain, y, k, args.neighbors, args.hog_cell, args.hog_bins)
     mirrored = trunk(images.flip(-1))
     views = sum(trunk(torch.cat([method.views(c, generator) for c in images.split(1000)]))
                 for _ in range(args.views)) / args.views
@@ -97,6 +110,22 @@ def score_blocks(method, images: torch.Tensor, plain: torch.Tensor, y, k: int, n
         print(f"block {name:6s} alone {central_spectral_nmi(F.normalize(block, dim=1), y, k, neighbors):.4f}  "
               f"beside pixels and trunk {central_spectral_nmi(joined(raw, plain, block), y, k, neighbors):.4f}  "
               f"instead of the trunk {central_spectral_nmi(joined(raw, block), y, k, neighbors):.4f}", flush=True)
+
+
+def score_hog(images: torch.Tensor, plain: torch.Tensor, y, k: int, neighbors: int, cell: int, bins: int) -> None:
+    """The HOG block of the module's docstring: its ceilings beside the shipped space's, then k-means on it."""
+    descriptors = torch.cat([hog(c, cell, bins) for c in images.split(1000)])
+    raw = pixel_block(images, "raw")
+    print(f"HOG, cells of {cell} pixels, {bins} bins: {descriptors.shape[1]} numbers an image; spectral clustering of "
+          f"every sample, {neighbors} neighbours (NMI)")
+    print(f"pixels beside the trunk {central_spectral_nmi(joined(raw, plain), y, k, neighbors):.4f}", flush=True)
+    print(f"HOG alone {central_spectral_nmi(descriptors, y, k, neighbors):.4f}  beside the trunk "
+          f"{central_spectral_nmi(joined(descriptors, plain), y, k, neighbors):.4f}  beside the pixels and the trunk "
+          f"{central_spectral_nmi(joined(raw, descriptors, plain), y, k, neighbors):.4f}", flush=True)
+    for name, block in (("HOG", descriptors), ("unit pixels", raw)):
+        scores = [normalized_mutual_info_score(y, KMeans(k, n_init=10, random_state=seed).fit_predict(block.numpy()))
+                  for seed in range(3)]
+        print(f"k-means({k}) on the {name}, seeds 0-2: " + " / ".join(f"{s:.3f}" for s in scores), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import torch
 from benchmarks.cluster_holdings import main as cluster_holdings
 from benchmarks.fedspectral_manifold_ceiling import manifold_nmi
 from benchmarks.fedspectral_recluster import central_spectral_nmi, summary_purity
-from benchmarks.fedspectral_space_ceiling import joined, pixel_block
+from benchmarks.fedspectral_space_ceiling import joined, pixel_block, score_hog
 from benchmarks.round_spread import main as round_spread
 
 
@@ -58,6 +58,21 @@ def test_space_ceiling_pixel_blocks_remove_brightness_when_centred_and_join_as_e
     both = joined(pixel_block(images, "raw"), 5 * torch.ones(3, 2))  # the second block is rescaled to unit norm too
     assert torch.allclose(both.norm(dim=1), torch.ones(3))
     assert torch.allclose(both[:, :16].norm(dim=1), both[:, 16:].norm(dim=1))
+
+
+def test_space_ceiling_hog_scores_shape_apart_from_brightness(capsys):
+    # 20 images of vertical stripes and 20 of horizontal ones, each at a random brightness: the HOG block (blind to
+    # brightness) parts the two shapes for spectral clustering alone and beside a trunk of noise, and for k-means
+    g = torch.Generator().manual_seed(0)
+    stripes = (torch.arange(8) % 2).float().expand(8, 8)
+    images = torch.cat([stripes.expand(20, 1, 8, 8), stripes.T.expand(20, 1, 8, 8)])
+    images = images * torch.rand(40, 1, 1, 1, generator=g).add(0.5)
+    score_hog(images, torch.randn(40, 4, generator=g), [0] * 20 + [1] * 20, 2, neighbors=5, cell=4, bins=9)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("HOG, cells of 4 pixels, 9 bins: 36 numbers an image")
+    assert lines[2].startswith("HOG alone 1.0000  beside the trunk 1.0000")
+    assert lines[3] == "k-means(2) on the HOG, seeds 0-2: 1.000 / 1.000 / 1.000"
+    assert lines[4].startswith("k-means(2) on the unit pixels, seeds 0-2: ")
 
 
 def test_central_spectral_ceiling_finds_two_separated_groups():
