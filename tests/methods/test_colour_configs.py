@@ -1,0 +1,45 @@
+"""The packaged CIFAR-10 and STL-10 configs of issue 22's methods (CCFC++ and FedSpectral) run as shipped, every
+setting but the schedule's and the federation's size kept, on tiny copies of the data sets the tests write."""
+
+import json
+
+import pytest
+import torchvision
+
+from fedclust.__main__ import main
+from tests.helpers.tiny_images import write_tiny_cifar10, write_tiny_stl10
+
+SHORT = {
+    "ccfcpp": ["--method.init_args.pretrain_rounds", "1", "--method.init_args.cluster_rounds", "1",
+               "--method.init_args.batch_size", "16"],
+    "fedspectral": ["--method.init_args.rounds", "2", "--method.init_args.batch_size", "16",
+                    "--method.init_args.summary_size", "3", "--method.init_args.min_summary_size", "2",
+                    "--method.init_args.round_vote", "2"],
+}
+
+
+@pytest.fixture
+def colour_root(tmp_path, monkeypatch):
+    """CIFAR-10 and STL-10 under one data root; torchvision's md5 checks cannot pass on files written here."""
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *a, **k: True)
+    monkeypatch.setattr(torchvision.datasets.STL10, "_check_integrity", lambda self: True)
+    return write_tiny_stl10(write_tiny_cifar10(tmp_path / "data"))
+
+
+SLOW = pytest.mark.slow  # ~10-20 s each here (bf16 ResNet-18 and two stages' k-means on the CPU)
+
+
+CONFIGS = [pytest.param("ccfcpp_cifar10", marks=SLOW), pytest.param("ccfcpp_stl10", marks=SLOW),
+           "fedspectral_cifar10", "fedspectral_stl10"]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_colour_config_runs_as_shipped_on_tiny_files(config, colour_root, tmp_path):
+    run = tmp_path / "run"
+    argv = ["fit", "--config", config, "--data.root", str(colour_root), "--data.num_clients", "2",
+            "--data.partition", "iid", "--progress", "false", "--run_dir", str(run), *SHORT[config.split("_")[0]]]
+    assert main(argv) == 0
+    final = json.loads((run / "final.json").read_text())
+    assert 0 <= final["metrics"]["nmi"] <= 1
+    images = 72 if "cifar" in config else 60  # every image of both splits (data.split all) has its cluster
+    assert (run / "assignments.csv").read_text().count("\n") == 1 + images
