@@ -218,6 +218,10 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         if leader:
             with (folder / "run.log").open("a") as log_file:
                 log_file.write(f"k-means backend: {backend}\n{arithmetic_line(precision, memory_format, why)}\n")
+            if orch.noise is not None:  # what the run's summaries spend, for the dashboard and the reader
+                run_folder.write_json(folder / "privacy.json", orch.noise.as_dict())
+                console.print(f"summaries with Gaussian noise: ({orch.noise.epsilon:.3g}, {orch.noise.delta:g})-DP "
+                              f"over {orch.noise.releases} rounds, noise multiplier {orch.noise.noise_multiplier:.3g}")
         with run_log(folder / "run.log") if leader else contextlib.nullcontext():
             try:
                 final = orch.run()

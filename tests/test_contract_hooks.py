@@ -161,10 +161,11 @@ def test_client_batches_decide_what_local_training_sees():
 
 def test_on_client_end_payloads_reach_aggregate_by_client_with_their_sizes():
     class Means(Toy):
-        payload_keys = ("mean",)
+        summary_keys = {"mean": "count"}
 
         def on_client_end(self, ctx):
-            return {"mean": ctx.data.all_x().flatten(1).mean(0)}
+            x = ctx.data.all_x().flatten(1)
+            return {"mean": x.mean(0, keepdim=True), "count": torch.tensor([float(len(x))])}
 
         def aggregate(self, averaged, updates, ctx):
             self.calls.append(("aggregate", [(u.client_id, u.num_samples, u.payload["mean"].shape) for u in updates]))
@@ -174,19 +175,64 @@ def test_on_client_end_payloads_reach_aggregate_by_client_with_their_sizes():
     orch.run()
     (_, seen), = [c for c in orch.method.calls if c[0] == "aggregate"]
     sizes = [len(orch.data.client(c, 64)) for c in (0, 1)]
-    assert seen == [(0, sizes[0], (64,)), (1, sizes[1], (64,))]
+    assert seen == [(0, sizes[0], (1, 64)), (1, sizes[1], (1, 64))]
 
 
 def test_a_payload_key_the_method_does_not_declare_never_reaches_the_server():
     class Leaky(Toy):
-        payload_keys = ("mean",)
+        summary_keys = {"mean": "count"}
 
         def on_client_end(self, ctx):
-            return {"mean": torch.zeros(2), "samples": ctx.data.all_x()}
+            return {"mean": torch.zeros(1, 2), "count": torch.tensor([50.0]), "samples": ctx.data.all_x()}
 
     orch = build(Leaky(rounds=1), tiny_data(num_clients=2))
-    with pytest.raises(FedclustError, match=r"sent \['samples'\] but declares payload_keys = \('mean',\)"):
+    with pytest.raises(FedclustError, match=r"sent \['samples'\] but declares summary_keys = \{'mean': 'count'\}"):
         orch.run()
+
+
+class Groups(Toy):
+    """Sends the means of groups of ``size`` samples (the last group takes the rest), with their counts."""
+
+    summary_keys = {"means": "counts"}
+    size, counts_sent = 25, None
+
+    def on_client_end(self, ctx):
+        x = ctx.data.all_x().flatten(1)
+        groups = list(x.split(self.size))
+        counts = self.counts_sent if self.counts_sent is not None else torch.tensor([float(len(g)) for g in groups])
+        return {"means": torch.stack([g.mean(0) for g in groups]), "counts": counts}
+
+
+def test_a_summary_below_the_runs_floor_is_refused_where_payloads_are_collected():
+    small = Groups(rounds=1)
+    small.size = 5
+    with pytest.raises(FedclustError, match=r"Groups.on_client_end sent a row of 'means' that aggregates \d+ samples, "
+                                            r"below the run's floor federation.min_summary_size = 20"):
+        build(small, tiny_data(num_clients=2)).run()
+    # the same groups pass under a floor they meet (the last group holds the remainder)
+    build(small, tiny_data(num_clients=2), FederationConfig(min_summary_size=1)).run()
+    big = Groups(rounds=1)
+    big.size = 299  # digits' clients hold ~898 samples: groups of 299, 299, 299 and the rest (~1) -> refused
+    with pytest.raises(FedclustError, match="below the run's floor"):
+        build(big, tiny_data(num_clients=2)).run()
+
+
+def test_a_summary_must_declare_one_count_per_row():
+    wrong = Groups(rounds=1)
+    wrong.counts_sent = torch.tensor([100.0])  # one count for many rows
+    with pytest.raises(FedclustError, match="sent 'means' without one count per row under 'counts'"):
+        build(wrong, tiny_data(num_clients=2)).run()
+
+
+def test_a_row_counted_zero_must_carry_nothing():
+    class Echo(Toy):
+        summary_keys = {"means": "counts"}
+
+        def on_client_end(self, ctx):
+            return {"means": torch.ones(2, 64), "counts": torch.tensor([0.0, 500.0])}
+
+    with pytest.raises(FedclustError, match="aggregates 0 samples"):
+        build(Echo(rounds=1), tiny_data(num_clients=2)).run()
 
 
 def test_default_aggregate_is_fedavg_weighted_by_sample_counts_and_a_zero_weight_leaves_a_client_out():

@@ -19,9 +19,10 @@ from fedclust.contract.context import (
     Stage,
     local_weights,
 )
-from fedclust.contract.hooks import OptionalHooks
+from fedclust.contract.hooks import OptionalHooks, sendable_keys
 from fedclust.contract.method import FederatedMethod, missing_hooks
 from fedclust.data.info import DataInfo
 
 __all__ = ["LOCAL_WEIGHTS", "OPTIMIZER", "ClientContext", "ClientSession", "ClientUpdate", "DataInfo",
-           "FederatedMethod", "OptionalHooks", "RoundContext", "Stage", "local_weights", "missing_hooks"]
+           "FederatedMethod", "OptionalHooks", "RoundContext", "Stage", "local_weights", "missing_hooks",
+           "sendable_keys"]

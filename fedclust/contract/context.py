@@ -46,6 +46,7 @@ class ClientContext:
     data: ClientData
     state: dict[str, Any]  # persistent per-client state owned by the method, saved in checkpoints
     seed: int
+    min_summary_size: int = 1  # the run's floor: every summary row sent aggregates at least this many samples
 
     def generator(self, purpose: str, device: torch.device | str | None = None) -> torch.Generator:
         """A generator seeded by (seed, stage, round, client, purpose): order-independent randomness."""
@@ -68,8 +69,8 @@ class ClientSession:
 @dataclass
 class ClientUpdate:
     """What one client sends to the server besides its communicated weights (those are folded into a
-    running sum by the engine). Payloads must be summaries (centroids, supports), never samples,
-    unless the method's paper shares synthetic data and says so; their keys are the method's `payload_keys`."""
+    running sum by the engine). Payloads are summaries (centroids, means) with their counts, never samples,
+    unless the method's paper shares synthetic data and says so; their keys are the method's `summary_keys`."""
 
     client_id: int
     num_samples: int

@@ -27,12 +27,21 @@ if TYPE_CHECKING:
     from fedclust.data.client_data import FederatedData
 
 
+def sendable_keys(method: OptionalHooks) -> set[str]:
+    """Every payload key a method may send: its summaries, their counts, and "synthetic" for a method whose paper
+    shares generated samples."""
+    keys = set(method.summary_keys) | set(method.summary_keys.values())
+    return keys | {"synthetic"} if method.shares_synthetic_data else keys
+
+
 class OptionalHooks:
     """Hooks with defaults. Mixed into FederatedMethod (a torch module), whose state dict they use."""
 
-    # Keys the method's on_client_end may return: the engine refuses any other (a payload crosses the
-    # privacy boundary, so it is declared, like the communicated weights).
-    payload_keys: ClassVar[tuple[str, ...]] = ()
+    # What on_client_end may send, as {summary key: the key of its counts}. A summary is one row per group of
+    # the client's samples (a centroid, a mean) and its count says how many samples the row aggregates. The engine
+    # refuses any other key and any row below the run's floor, federation.min_summary_size (DESIGN.md's privacy
+    # boundary; fedclust/federation/client.py); a method adapts to the floor (ClientContext.min_summary_size).
+    summary_keys: ClassVar[dict[str, str]] = {}
 
     # True only for methods whose paper shares synthetic samples (SDA-FC, PPFC-GAN): they may send a
     # sample-shaped payload, under the key "synthetic" and no other (tests/methods/test_privacy_boundary.py).
@@ -59,6 +68,13 @@ class OptionalHooks:
         must hold at least this many samples, checked before any work. None: no local clustering."""
         return None
 
+    def summary_norm_bound(self) -> float | None:
+        """The largest L2 norm of one sample's vector in the method's summaries (1 for unit-normalised features),
+        which makes each summary row a mean of bounded vectors: the engine's optional differential privacy
+        (federation.dp_epsilon, fedclust/federation/privacy.py) needs it. None (default): no bound is known, and a
+        run asking for differential privacy is refused."""
+        return None
+
     # --- communication --------------------------------------------------------------------------
     def communicated(self) -> list[str]:
         """State-dict keys that travel to the server and are averaged; the rest stays on the client."""
@@ -77,8 +93,8 @@ class OptionalHooks:
         return ctx.data.batches(ctx.generator(f"shuffle-{epoch}", device="cpu"))
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
-        """Client side, after local training: the payload to send (local centroids, ...), keyed by
-        `payload_keys`."""
+        """Client side, after local training: the payload to send (local centroids and their counts, ...), keyed by
+        `summary_keys` and their count keys; every row aggregates at least ctx.min_summary_size samples."""
         return {}
 
     def aggregation_weights(self, ctx: ClientContext) -> dict[str, float] | None:

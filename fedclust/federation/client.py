@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
-from fedclust.contract import ClientContext, FederatedMethod
+from fedclust.contract import ClientContext, FederatedMethod, sendable_keys
 from fedclust.errors import FedclustError
 
 
@@ -43,12 +43,29 @@ def local_fit(method: FederatedMethod, ctx: ClientContext, optimizers: list[torc
     return (total / max(steps, 1)).item() if steps else math.nan
 
 
-def check_payload(method: FederatedMethod, payload: dict[str, torch.Tensor]) -> None:
-    """A payload crosses the privacy boundary: only the keys the method declares in `payload_keys` may."""
-    undeclared = sorted(set(payload) - set(method.payload_keys))
+def check_payload(method: FederatedMethod, payload: dict[str, torch.Tensor], floor: int = 1) -> None:
+    """A payload crosses the privacy boundary (DESIGN.md), so this is the one place that judges it: only the keys
+    the method declares may cross, every summary comes with one count per row, and no row aggregates fewer than
+    ``floor`` samples (federation.min_summary_size). A refusal is a defect of the method, named in one sentence."""
+    name = type(method).__name__
+    undeclared = sorted(set(payload) - sendable_keys(method))
     if undeclared:
-        raise FedclustError(f"{type(method).__name__}.on_client_end sent {undeclared} but declares payload_keys = "
-                            f"{tuple(method.payload_keys)!r}: declare every key a client sends")
+        raise FedclustError(f"{name}.on_client_end sent {undeclared} but declares summary_keys = "
+                            f"{dict(method.summary_keys)!r}: declare every key a client sends")
+    for key, count_key in method.summary_keys.items():
+        if key not in payload:
+            continue
+        rows, counts = payload[key], payload.get(count_key)
+        if counts is None or counts.ndim != 1 or len(counts) != len(rows):
+            raise FedclustError(f"{name}.on_client_end sent {key!r} without one count per row under {count_key!r}: "
+                                "every summary declares how many samples each row aggregates")
+        below = counts < floor
+        empty = counts == 0  # a row that aggregates nothing carries nothing: zeros (FFCM's centre a client lacks)
+        if bool((below & ~empty).any()) or bool(rows[empty].any()):
+            smallest = float(counts[below].min())
+            raise FedclustError(f"{name}.on_client_end sent a row of {key!r} that aggregates {smallest:g} samples, "
+                                f"below the run's floor federation.min_summary_size = {floor}: a client sends only "
+                                "aggregates of at least that many of its samples (or a row of zeros counted 0)")
 
 
 def as_optimizer_list(configured: Any) -> list[torch.optim.Optimizer]:

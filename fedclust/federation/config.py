@@ -37,6 +37,13 @@ class FederationConfig:
             global weights are the old ones plus server_lr times it (1: FedAvg's average itself).
         server_momentum: Momentum of that step (FedAvgM, Hsu et al. 2019; 0: none). Trainable parameters only;
             buffers keep the plain average.
+        min_summary_size: The privacy floor: every summary a client sends besides model weights (a centroid, a
+            group mean) aggregates at least this many of its samples and says how many; the engine refuses a
+            smaller one, and methods adapt (k-FED merges a local cluster below it into its nearest).
+        dp_epsilon: None, or differential privacy for the summaries: each is clipped and sent with Gaussian noise
+            (sums and counts) calibrated so that a client's summaries over the whole run are (dp_epsilon,
+            dp_delta)-DP, as computed by Google's dp-accounting (RDP); the run writes privacy.json.
+        dp_delta: The delta of dp_epsilon.
         eval_every: Score the global model every N rounds (and always after the last round).
         checkpoint_every: Write the resumable checkpoint every N rounds (and after the last round).
     """
@@ -50,6 +57,9 @@ class FederationConfig:
     optimizer_state: Literal["persist", "persist_across_stages", "reset"] = "persist"
     server_lr: float = 1.0
     server_momentum: float = 0.0
+    min_summary_size: int = 20
+    dp_epsilon: float | None = None
+    dp_delta: float = 1e-5
     eval_every: int = 1
     checkpoint_every: int = 10
 
@@ -66,6 +76,14 @@ class FederationConfig:
             raise ConfigError("federation.rounds", self.rounds, "a positive integer or null")
         if self.local_epochs is not None and self.local_epochs < 0:
             raise ConfigError("federation.local_epochs", self.local_epochs, "a non-negative integer or null")
+        if self.min_summary_size < 1:
+            raise ConfigError("federation.min_summary_size", self.min_summary_size,
+                              "a positive integer (the fewest samples a sent summary may aggregate)")
+        if self.dp_epsilon is not None and not 0 < self.dp_epsilon < math.inf:
+            raise ConfigError("federation.dp_epsilon", self.dp_epsilon,
+                              "a positive finite number, or null for no noise")
+        if not 0 < self.dp_delta < 1:
+            raise ConfigError("federation.dp_delta", self.dp_delta, "a number in (0, 1)")
         for name in ("eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"federation.{name}", getattr(self, name), "a positive integer")

@@ -33,7 +33,7 @@ from fedclust.contract import (
     missing_hooks,
 )
 from fedclust.data.client_data import FederatedData
-from fedclust.errors import FedclustError, NotFittedError
+from fedclust.errors import ConfigError, FedclustError, NotFittedError
 from fedclust.federation.aggregate import ServerStep, WeightedSum, is_finite
 from fedclust.federation.client import as_optimizer_list, check_payload, local_fit, to_cpu, to_device
 from fedclust.federation.config import FederationConfig
@@ -44,7 +44,9 @@ from fedclust.federation.distributed import (
     my_clients,
     world_size,
 )
+from fedclust.federation.privacy import SummaryNoise, add_summary_noise, calibrate
 from fedclust.federation.sampling import participants
+from fedclust.federation.setup import check_summary_floor
 from fedclust.nn.optim import reset_optimizer
 
 log = logging.getLogger("fedclust")
@@ -92,6 +94,8 @@ class Orchestrator:
         self._communicated_set = set(self.communicated)
         self.server_step = ServerStep(federation.server_lr, federation.server_momentum)
         self._trainable = {name for name, p in method.named_parameters() if p.requires_grad}
+        check_summary_floor(method, [len(part) for part in data.parts], federation.min_summary_size)
+        self.noise = summary_noise(method, federation, self.total_rounds)
 
     @property
     def total_rounds(self) -> int:
@@ -201,7 +205,8 @@ class Orchestrator:
             else:
                 reset_optimizer(optimizer)
         client = ClientContext(client_id, ctx.stage, ctx.stage_index, ctx.round,
-                               self.data.client(client_id, method.batch_size), state, self.seed)
+                               self.data.client(client_id, method.batch_size), state, self.seed,
+                               self.federation.min_summary_size)
         method.session = ClientSession(client, self.optimizers)  # the one attribute the engine sets on a method
         try:
             method.on_client_start(client)
@@ -209,7 +214,10 @@ class Orchestrator:
             method.eval()
             if loss_is_usable(loss, ctx.stage):
                 payload = method.on_client_end(client)
-                check_payload(method, payload)
+                check_payload(method, payload, self.federation.min_summary_size)
+                if self.noise is not None:
+                    payload = add_summary_noise(payload, method.summary_keys, self.noise,
+                                                client.generator("dp-noise", device="cpu"))
                 key_weights = method.aggregation_weights(client)
             else:  # diverged: its payload (local k-means on NaN features, ...) is never computed; run() rejects it
                 payload, key_weights = {}, None
@@ -276,6 +284,18 @@ class Orchestrator:
     def _call(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook, lambda *a: None)(*args)
+
+
+def summary_noise(method: FederatedMethod, federation: FederationConfig, rounds: int) -> SummaryNoise | None:
+    """The run's calibrated noise for the summaries, when federation.dp_epsilon asks for it (privacy.py)."""
+    if federation.dp_epsilon is None:
+        return None
+    bound = method.summary_norm_bound()
+    if not method.summary_keys or bound is None:
+        raise ConfigError("federation.dp_epsilon", federation.dp_epsilon,
+                          f"null: {type(method).__name__} sends no summaries whose samples' norms it bounds "
+                          "(summary_norm_bound), which the noise is calibrated to")
+    return calibrate(federation.dp_epsilon, federation.dp_delta, rounds, bound)
 
 
 def batchnorm_buffer_keys(model: torch.nn.Module) -> set[str]:

@@ -30,3 +30,22 @@ def check_hparams(method: FederatedMethod) -> None:
     """The rules of fedclust/federation/hparams.py on the method's saved init arguments and its batch size."""
     check_init_args(dict(getattr(method, "hparams", {})))
     check_batch_size(method.batch_size)
+
+
+def check_summary_floor(method: FederatedMethod, client_sizes: list[int], floor: int) -> None:
+    """A floor no client's summaries could meet is an impossible request, refused before any round: no client holds
+    ``floor`` samples, or the clients' local clusters of at least ``floor`` samples cannot reach the k clusters a
+    method with local clustering needs (k-FED's k' * clients >= k under the floor)."""
+    if not method.summary_keys or not client_sizes:
+        return
+    largest = max(client_sizes)
+    if largest < floor:
+        raise ConfigError("federation.min_summary_size", floor,
+                          f"at most {largest}, the largest client's samples (no client could send a summary)")
+    k_local, k = method.local_clusters(), method.num_clusters
+    if k_local and k:
+        possible = sum(min(k_local, n // floor) for n in client_sizes)
+        if possible < k:
+            raise ConfigError("federation.min_summary_size", floor,
+                              f"a floor at which the clients' local clusters can reach k = {k} (at {floor} samples "
+                              f"each they hold at most {possible} among them)")

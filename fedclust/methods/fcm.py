@@ -15,6 +15,7 @@ from typing import Literal
 from torch import Tensor
 
 from fedclust.clustering.fcm import fcm
+from fedclust.clustering.floor import effective_counts, zero_below_floor
 from fedclust.contract import ClientContext, DataInfo
 from fedclust.errors import ConfigError
 from fedclust.methods.families.centralized import CentralizedCentroids
@@ -34,7 +35,9 @@ class FCM(CentralizedCentroids):
         n_init: Runs from different starts; the lowest objective J_m wins.
     """
 
-    payload_keys = ("centroids", "supports")  # local FCM centres and their supports
+    # FCM centres with their effective sample sizes (a centre below the privacy floor is zeroed, counted 0, and
+    # dropped by the server) and their supports (membership sums)
+    summary_keys = {"centroids": "counts", "supports": "counts"}
 
     baseline = "fuzzy c-means"
 
@@ -64,4 +67,6 @@ class FCM(CentralizedCentroids):
             if result is None or candidate.objective < result.objective:
                 result = candidate
         ctx.state["n_iter"], ctx.state["objective"] = iterations, result.objective
-        return {"centroids": result.centres, "supports": result.supports}
+        centres, counts = zero_below_floor(result.centres, effective_counts(result.memberships, self.m),
+                                           ctx.min_summary_size)
+        return {"centroids": centres, "supports": result.supports.masked_fill(counts == 0, 0.0), "counts": counts}

@@ -180,7 +180,7 @@ class FedSpectral(FederatedMethod):
             the vote keeps the side most rounds put it on. Local: the client keeps round_vote - 1 label vectors.
     """
 
-    payload_keys = ("summaries", "summary_sizes")
+    summary_keys = {"summaries": "summary_sizes"}
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28",
                  norm: Literal["group", "batch"] = "group", projector_hidden: int = 512,
@@ -286,7 +286,7 @@ class FedSpectral(FederatedMethod):
         self.train()
         hp = self.hparams
         self._summaries, member, self._summary_sizes = local_summaries(
-            h, hp.summary_size, hp.min_summary_size, int_seed(ctx.seed, "summaries", ctx.stage_index, ctx.round,
+            h, hp.summary_size, max(hp.min_summary_size, ctx.min_summary_size), int_seed(ctx.seed, "summaries", ctx.stage_index, ctx.round,
                                                                ctx.client_id), hp.summaries)
         ctx.state[LOCAL] = member.cpu()
         if hp.vote_neighbors:  # found now, in the features the summaries were made in; used when labels come back

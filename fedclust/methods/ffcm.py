@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from fedclust.clustering.fcm import fcm
+from fedclust.clustering.floor import effective_counts, zero_below_floor
 from fedclust.clustering.kmeans import assign_nearest, kmeans
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
 from fedclust.errors import ConfigError
@@ -75,7 +76,9 @@ class FFCM(FederatedMethod):
             before (a cycle); 0 never stops on a cycle.
     """
 
-    payload_keys = ("centres", "supports")  # local FCM centres and their supports
+    # local FCM centres and supports, with each centre's effective sample size; a centre below the privacy floor is
+    # sent as zeros with count and support 0 (the server matches centres by position), so it weighs nothing
+    summary_keys = {"centres": "counts", "supports": "counts"}
 
     def __init__(self, num_clusters: int | None = None, m: float = 2.0, local_max_iter: int = 1000,
                  local_tol: float = 1e-4, server: Literal["avg", "kmeans"] = "avg", max_rounds: int = 1000,
@@ -134,7 +137,9 @@ class FFCM(FederatedMethod):
         result = fcm(x, self.num_clusters, m=self.m, max_iter=self.local_max_iter, tol=self.local_tol,
                      init_centres=self.centroids.to(x))
         ctx.state["fcm_iterations"] = ctx.state.get("fcm_iterations", 0) + result.n_iter
-        return {"centres": result.centres, "supports": result.supports}
+        centres, counts = zero_below_floor(result.centres, effective_counts(result.memberships, self.m),
+                                           ctx.min_summary_size)
+        return {"centres": centres, "supports": result.supports.masked_fill(counts == 0, 0.0), "counts": counts}
 
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
@@ -149,7 +154,8 @@ class FFCM(FederatedMethod):
             new = torch.where(total[:, None] > 0, mean, old.to(mean)).to(centres.dtype)
         else:
             warm = ctx.round >= self.warm_start_after
-            new = kmeans(centres.flatten(0, 1), self.num_clusters, niter=self.kmeans_niter,
+            sent = torch.cat([u.payload["counts"] for u in updates]) > 0  # zeroed centres carry nothing
+            new = kmeans(centres.flatten(0, 1)[sent], self.num_clusters, niter=self.kmeans_niter,
                          nredo=1 if warm else self.kmeans_redo, init_centroids=old if warm else None,
                          seed=int_seed(ctx.seed, "ffcm-kmeans", ctx.stage_index, ctx.round)).centroids
         self.shift = float((new.double() - old.to(new).double()).norm())

@@ -14,7 +14,10 @@ clients NMI spans 0.027 (p = 0), 0.031 (p = 0.5) and 0.127 (p = 1) on Fashion-MN
 Labelling (`labelling`): "local" — a point takes the global cluster of its local centre (the paper);
 "nearest" — a point takes the nearest global centre. The baselines' reported numbers are in cosine
 geometry: pair this method with `data.normalize: l2` (configs/kfed_fmnist.yaml does).
-Communicated: k_local centres per client, nothing else.
+Communicated: at most k_local centres per client and how many of its samples each averages, nothing else. Under
+the run's privacy floor (federation.min_summary_size) a local cluster smaller than the floor joins its nearest
+centre's cluster before the centres are sent (fedclust/clustering/floor.py), so a client may send fewer than k_local;
+a client holding fewer samples than the floor sends none, and its samples take the nearest global centre.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.kfed import central_kfed, local_kfed
 from fedclust.clustering.kmeans import assign_nearest
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
@@ -44,7 +48,7 @@ class KFED(FederatedMethod):
         central_start: Whose centres seed the central step: "first" (official), "random", or a client id.
     """
 
-    payload_keys = ("centres",)  # local k-means centres
+    summary_keys = {"centres": "centre_counts"}  # local k-means centres, each with its cluster's size
 
     def __init__(self, num_clusters: int | None = None, k_local: int | None = None,
                  labelling: Literal["local", "nearest"] = "local", niter: int = 300,
@@ -80,12 +84,14 @@ class KFED(FederatedMethod):
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         x = ctx.data.all_x().flatten(1)
         k_local = min(self.k_local, len(x))
-        centres, labels = local_kfed(x, k_local, ctx.generator("local-kfed", device="cpu"), niter=self.niter)
+        _, labels = local_kfed(x, k_local, ctx.generator("local-kfed", device="cpu"), niter=self.niter)
+        centres, counts, labels = floored_groups(x, labels, ctx.min_summary_size)
         ctx.state["local_labels"] = labels.cpu()  # stays on the client: only the centres are sent
-        return {"centres": centres}
+        return {"centres": centres, "centre_counts": counts}
 
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
+        updates = [u for u in updates if len(u.payload["centres"])]  # a client below the floor sent none
         g = generator(ctx.seed, "central-kfed", ctx.stage_index, ctx.round, SERVER)
         start = self.central_start
         if isinstance(start, int):  # a client id; central_kfed counts positions among the clients that sent
@@ -112,7 +118,8 @@ class KFED(FederatedMethod):
             return super().predict(data, client_states)
         labels = torch.full((len(data),), -1, dtype=torch.long)
         for cid, mapping in self.client_maps.items():
-            labels[data.parts[cid].cpu()] = mapping[client_states[cid]["local_labels"]]
+            local = client_states[cid]["local_labels"]
+            labels[data.parts[cid].cpu()[local >= 0]] = mapping[local[local >= 0]]
         missing = labels < 0  # clients that failed in the one round: nearest global centre
         if missing.any():
             idx = missing.nonzero().squeeze(1)

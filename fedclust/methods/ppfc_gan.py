@@ -90,7 +90,6 @@ class PPFCGAN(GANClients, FederatedMethod):
     """
 
     shares_synthetic_data = True
-    payload_keys = ("synthetic",)  # the GAN's synthetic samples, as the paper shares them
 
     def __init__(self, num_clusters: int | None = None, gan_rounds: int = 50, local_epochs: int = 1,
                  federated_gan: bool = False, recalibrate_bn: bool = True, batch_size: int = 64,

@@ -81,7 +81,6 @@ class SDAFC(GANClients, FederatedMethod):
     """
 
     shares_synthetic_data = True
-    payload_keys = ("synthetic",)  # the GAN's synthetic samples, as the paper shares them
 
     def __init__(self, num_clusters: int | None = None, clusterer: Literal["kmeans", "fcm"] = "kmeans",
                  epochs: int = 50, batch_size: int = 64, lr_d: float = 2e-4, lr_g: float = 1.8e-3,

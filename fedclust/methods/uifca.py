@@ -37,6 +37,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.kfed import central_kfed, local_kfed
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
 from fedclust.data.transforms import dequantize
@@ -73,7 +74,7 @@ class UIFCA(FederatedMethod):
         kfed_k_local: Local clusters of the k-FED initialisation (None: K).
     """
 
-    payload_keys = ("centres",)  # local k-means centres
+    summary_keys = {"centres": "centre_counts"}  # k-FED start: local centres and their clusters' sizes
 
     def __init__(self, num_clusters: int | None = None,
                  flow: Literal["affine", "affine_triangular", "planar", "realnvp"] = "affine",
@@ -153,6 +154,7 @@ class UIFCA(FederatedMethod):
                   ctx: RoundContext) -> None:
         if ctx.stage.name == "kfed-init":
             g = generator(ctx.seed, "central-kfed", ctx.stage_index, ctx.round, SERVER)
+            updates = [u for u in updates if len(u.payload["centres"])]  # a client below the floor sent none
             _, maps = central_kfed([u.payload["centres"] for u in updates], self.num_clusters, g)
             self.client_maps = {u.client_id: m.cpu() for u, m in zip(updates, maps)}
             return
@@ -179,7 +181,10 @@ class UIFCA(FederatedMethod):
 
     def _initial_assignment(self, ctx: ClientContext) -> Tensor:
         if self.hparams.init == "kfed":
-            return self.client_maps[ctx.client_id][ctx.state["local_labels"]]
+            local, mapping = ctx.state["local_labels"], self.client_maps.get(ctx.client_id)
+            if mapping is None or bool((local < 0).any()):  # it sent no centres (the floor): its models' choice
+                return self._assign_all(self._x)
+            return mapping[local]
         if self.hparams.init == "models":
             return self._assign_all(self._x)
         return torch.randint(self.num_clusters, (len(self._x),), generator=ctx.generator("init-assignment", "cpu"))
@@ -217,9 +222,10 @@ class UIFCA(FederatedMethod):
         x, self._x = self._x, None  # the working model must not keep the last client's samples alive
         if ctx.stage.name == "kfed-init":
             k_local = min(self.hparams.kfed_k_local or self.num_clusters, len(x))
-            centres, labels = local_kfed(x.flatten(1), k_local, ctx.generator("local-kfed", device="cpu"))
+            _, labels = local_kfed(x.flatten(1), k_local, ctx.generator("local-kfed", device="cpu"))
+            centres, counts, labels = floored_groups(x.flatten(1), labels, ctx.min_summary_size)  # privacy floor
             ctx.state["local_labels"] = labels.cpu()  # stays on the client: only the centres are sent
-            return {"centres": centres}
+            return {"centres": centres, "centre_counts": counts}
         return {}
 
     def aggregation_weights(self, ctx: ClientContext) -> dict[str, float] | None:

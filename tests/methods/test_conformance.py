@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedclust.callbacks.checkpoint import load_checkpoint
-from fedclust.contract import LOCAL_WEIGHTS
+from fedclust.contract import LOCAL_WEIGHTS, sendable_keys
 from fedclust.federation.config import FederationConfig
 from fedclust.registry import METHODS
 from fedclust.run_folder import CHECKPOINT
@@ -46,7 +46,7 @@ def test_method_conforms(name, run_fit, server_inputs, tmp_path, monkeypatch):
     for _, averaged, updates in server_inputs:
         assert set(averaged or {}) <= communicated
         for update in updates:
-            assert set(update.payload) <= set(method.payload_keys), (name, sorted(update.payload))
+            assert set(update.payload) <= sendable_keys(method), (name, sorted(update.payload))
             for key, value in update.payload.items():
                 sample_shaped = value.dim() > 0 and value.shape[0] >= update.num_samples
                 assert not sample_shaped or (key == "synthetic" and method.shares_synthetic_data), (name, key)

@@ -32,9 +32,10 @@ def test_two_clients_one_round_smoke(run_fit, monkeypatch, server):
     assert metrics["nmi"] > 0.6  # digits; measured 0.70 (avg) and 0.74 (kmeans)
     (updates,) = seen
     assert [u.client_id for u in updates] == [0, 1]
-    for u in updates:  # c centres and c supports: summaries, nothing shaped like the samples
-        assert set(u.payload) == {"centres", "supports"}
+    for u in updates:  # c centres, c supports and their effective counts: summaries, nothing shaped like the samples
+        assert set(u.payload) == {"centres", "supports", "counts"}
         assert u.payload["centres"].shape == (10, 64) and u.payload["supports"].shape == (10,)
+        assert bool((u.payload["counts"] >= 20).all())  # the default floor, met by every centre here
         assert u.payload["supports"].sum().item() == pytest.approx(u.num_samples, rel=1e-4)
     assert method.centroids.shape == (10, 64) and not method.converged
 
@@ -118,7 +119,8 @@ def test_server_kmeans_seeds_ten_times_then_warm_starts(monkeypatch):
     method = _direct(server="kmeans")
     g = torch.Generator().manual_seed(0)
     for rnd in range(3):
-        method.aggregate(None, [ClientUpdate(c, 5, {"centres": torch.rand(3, 2, generator=g)}) for c in range(2)],
+        method.aggregate(None, [ClientUpdate(c, 5, {"centres": torch.rand(3, 2, generator=g),
+                                                          "counts": torch.full((3,), 50.0)}) for c in range(2)],
                          RoundContext(Stage("ffcm", 5), 0, rnd, 0))
     assert calls == [(10, False), (1, True), (1, True)]
 
@@ -132,7 +134,7 @@ def _direct(**kw) -> FFCM:
 def _server_round(method: FFCM, rnd: int, centres: torch.Tensor, clients=(0,)) -> None:
     """One server step whose clients all send `centres` with equal supports (the avg server returns them)."""
     method.on_round_start(RoundContext(Stage("ffcm", 9), 0, rnd, 0))
-    updates = [ClientUpdate(c, 5, {"centres": centres, "supports": torch.ones(3)}) for c in clients]
+    updates = [ClientUpdate(c, 5, {"centres": centres, "supports": torch.ones(3), "counts": torch.full((3,), 50.0)}) for c in clients]
     method.aggregate(None, updates, RoundContext(Stage("ffcm", 9), 0, rnd, 0))
 
 
@@ -178,7 +180,8 @@ class Reflect:
 
         Reflect.calls += 1
         centres = 1.0 - init_centres
-        return FCMResult(centres, torch.zeros(0, c), torch.zeros(0), torch.full((c,), len(x) / c), 1, 0.0)
+        uniform = torch.full((len(x), c), 1.0 / c)  # every sample weighs every centre alike: counts of n
+        return FCMResult(centres, uniform, torch.zeros(0), torch.full((c,), len(x) / c), 1, 0.0)
 
 
 def test_a_run_that_cycles_stops_warns_once_and_ends_like_the_full_loop(run_fit, monkeypatch, caplog, tmp_path):

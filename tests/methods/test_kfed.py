@@ -2,6 +2,7 @@ import pytest
 
 from fedclust.data.config import DataConfig
 from fedclust.errors import ConfigError
+from fedclust.federation.config import FederationConfig
 from fedclust.methods import KFED
 
 
@@ -36,3 +37,14 @@ def test_default_central_start_is_the_first_client(run_fit):
 def test_bad_central_start_is_a_config_error(run_fit, start):
     with pytest.raises(ConfigError, match="method.central_start"):
         run_fit(KFED(k_local=10, central_start=start))
+
+
+def test_local_clusters_below_the_privacy_floor_merge_into_their_nearest(run_fit, server_inputs):
+    """k-FED adapts to federation.min_summary_size: with k' = 40 on ~900 digits a client, some local clusters hold
+    fewer than 30 samples; they join their nearest, so every centre sent holds at least 30 and says so."""
+    run_fit(KFED(k_local=40), federation=FederationConfig(min_summary_size=30))
+    (_, _, updates), = server_inputs
+    for update in updates:
+        counts = update.payload["centre_counts"]
+        assert len(update.payload["centres"]) == len(counts) < 40
+        assert float(counts.min()) >= 30 and float(counts.sum()) == update.num_samples

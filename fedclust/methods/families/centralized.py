@@ -2,8 +2,8 @@
 round without gradient steps, the client's centroids taken as the global ones, nearest-centroid labels.
 
 Running them through the engine (rather than a separate script) lets the same data, geometry and scoring
-code serve the reference columns of the papers' tables. Subclasses compute `{"centroids": ...}` in
-on_client_end.
+code serve the reference columns of the papers' tables. Subclasses compute `{"centroids": ..., "counts": ...}` in
+on_client_end (a centre counted 0 carries nothing and is left out).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class CentralizedCentroids(FederatedMethod):
 
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
-        self.centroids = updates[0].payload["centroids"]
+        payload = updates[0].payload
+        self.centroids = payload["centroids"][payload["counts"] > 0]  # a centre zeroed under the floor is no centre
 
     def server_state(self) -> dict[str, Any]:
         return {"centroids": self.centroids}

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.kmeans import assign_nearest, kmeans
 from fedclust.contract import (
     ClientContext,
@@ -66,7 +67,7 @@ class ClusterContrastiveFC(FederatedMethod):
             False: from its own random initialisation, seeded by (seed, client), as the reference code does.
     """
 
-    payload_keys = ("centroids",)  # local k-means centroids
+    summary_keys = {"centroids": "centroid_counts"}  # local k-means centroids and their clusters' sizes
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28", latent_dim: int = 64,
                  projector_hidden: int = 256, predictor_hidden: int = 16, lam: float = 1.0,
@@ -183,16 +184,20 @@ class ClusterContrastiveFC(FederatedMethod):
         with torch.no_grad():
             z = torch.cat([self.embed(x) for x in ctx.data.iter_all()])
         seed = int_seed(ctx.seed, "local-kmeans", ctx.stage_index, ctx.round, ctx.client_id)
-        centroids = kmeans(z, self.num_clusters, niter=self.hparams.kmeans_niter,
-                           nredo=self.hparams.kmeans_redo, seed=seed).centroids
+        result = kmeans(z, self.num_clusters, niter=self.hparams.kmeans_niter, nredo=self.hparams.kmeans_redo,
+                        seed=seed)
+        centroids, counts = result.centroids, torch.bincount(result.labels, minlength=self.num_clusters).float()
+        if float(counts.min()) < ctx.min_summary_size:  # a cluster below the privacy floor joins its nearest
+            centroids, counts, _ = floored_groups(z, result.labels, ctx.min_summary_size)
         if self.hparams.standalone:
             ctx.state["centroids"] = centroids.cpu()
-        return {"centroids": centroids}
+        return {"centroids": centroids, "centroid_counts": counts}
 
     # --- server ------------------------------------------------------------------------------------
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
         super().aggregate(averaged, updates, ctx)
+        updates = [u for u in updates if len(u.payload["centroids"])]  # a client below the floor sent none
         local = torch.cat([u.payload["centroids"] for u in updates])
         result = kmeans(local, self.num_clusters, niter=self.hparams.kmeans_niter,
                         nredo=self.hparams.kmeans_redo, seed=int_seed(ctx.seed, "server-kmeans",
