@@ -1,15 +1,14 @@
-"""The one registry of methods: name -> where its class lives and which paper it implements.
+"""The one list of methods: name -> where its class lives and which paper it implements.
 
 Plain data, no torch: the command line lists the methods and suggests the nearest name without importing
 any of them, and its first pass refuses `--diagnose true` for a method without an embedding; `load()`
-imports a method's class when it is needed. The README's method table, the config test, the privacy-boundary
-and checkpoint tests and the conformance test all read this table (tests/test_registry.py keeps it,
-fedclust.methods and the README in step). The packaged configs of a method are the ones whose
-`method.class_path` names it (`configs_of`).
+imports a method's class when it is needed. Everything else that names the methods derives from this table or
+is tested against it (tests/test_registry.py): the package's exports (fedclust/methods/__init__.py), the
+method tables of README.md and docs/methods.md, `fedclust --help`, the import-linter contracts in
+pyproject.toml, the tiny settings the conformance and privacy-boundary tests run. The packaged configs of a
+method are the ones whose `method.class_path` names it (`configs_of`).
 
-Adding a method: its file in fedclust/methods/, one line here (`embeds=False` if it keeps the contract's
-`embed`), its export in fedclust/methods/__init__.py, a config in configs/, a tiny setting in
-tests/helpers/tiny.py and its own test.
+Adding a method (a file, a config, a line here, its test): docs/adding_a_method.md.
 """
 
 from __future__ import annotations
