@@ -13,16 +13,12 @@ D takes a step on every local batch (fresh z each step), G + E one step after th
 ... critic step of each client's round (n_critic = 5 as in the code; starting at the 1st makes G move on
 every client however small). E only ever sees generated images, as in the paper.
 
-Settings: the UIFCA paper's SGD with learning rate 5e-3 for the local updates (no momentum: none is
-stated); `optimizer: adam` gives the ClusterGAN code's Adam (lr 1e-4, betas (0.5, 0.9)). Batch 64 (the
-code). n clients = k clusters in the paper's MNIST experiment. The UIFCA paper states neither the
-number of rounds nor of local updates for this baseline: the defaults here are 100 rounds of one local
-epoch; `local_steps` replaces the epoch by a fixed number of local batches (UIFCA's M for its own method).
-Assignment: argmax of E's z_c logits (the paper's cluster inference); `assignment: kmeans` runs
-k-means on (z_n, softmax(z_c)) of every sample as the authors' evaluation script does. `embed` is that
-concatenation. Communicated: the whole state dict (BatchNorm statistics of G follow
-federation.average_bn_buffers). All draws (z, penalty mixing, shuffling) come from the client's
-(seed, stage, round, client) generators, so a result does not depend on client order.
+Settings: the UIFCA paper's SGD, lr 5e-3, no momentum (none is stated); `optimizer: adam` is the ClusterGAN code's
+Adam (lr 1e-4, betas (0.5, 0.9)); batch 64 (the code). The paper states no round count for this baseline: 100
+rounds of one local epoch, on a plateau by round 60 at p = 0 on Fashion-MNIST (docs/findings/clustergan_fedavg.md);
+`local_steps` replaces the epoch by a number of local batches. Assignment: argmax of E's z_c logits (the paper's
+inference); `assignment: kmeans` clusters (z_n, softmax(z_c)), as the authors' evaluation script does. Sent: the
+whole state dict (G's BatchNorm statistics follow federation.average_bn_buffers).
 """
 
 from __future__ import annotations

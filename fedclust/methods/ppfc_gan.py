@@ -1,42 +1,26 @@
-"""PPFC-GAN: privacy-preserving federated deep clustering based on GAN (Yan, Liu, Qi & Zhang, arXiv 2211.16965;
-first version "Federated deep clustering with GAN-based data synthesis"), the PPFC-GAN column of CCFC's
-Tables 1-2. It has no public code; this follows REFERENCE.md's description: "a GAN trained with FedAvg,
-then DCN-style deep clustering on shared synthetic data".
+"""PPFC-GAN: privacy-preserving federated deep clustering based on GAN (Yan, Liu, Qi & Zhang, arXiv 2211.16965),
+the PPFC-GAN column of CCFC's Tables 1-2. It has no public code; this reads the paper's abstract and REFERENCE.md.
 
-Stage "gan" (`gan_rounds` rounds of `local_epochs`): SDA-FC's GAN (fedclust/nn/gan.py) with SDA-FC's local
-recipe (batch 64, Adam betas (0.5, 0.999), lr_D 2e-4, lr_G 1.8e-3, both times 0.99 per epoch counted over
-the stage, Adam rebuilt every epoch), one GAN per client (or averaged by FedAvg, see below). Stage
-"synthesize" (one round, no local step): every client generates, with its generator in eval mode, as many
-synthetic images as it holds and sends them. The server then
-trains a DCN (fedclust/clustering/dcn.py; Yang et al. 2017) on all synthetic images: an MLP autoencoder
-d-500-500-2000-10 (DCN's own for MNIST), 50 pretraining epochs on reconstruction, k-means, 50 joint epochs
-with lam = 0.05 (DCN's MNIST value), batch 256, Adam 1e-3. A real image gets the nearest DCN centroid of
-its embedding by the trained encoder (Euclidean, DCN's geometry), on raw [0, 1] pixels
-(use `data.normalize: none`, like the GAN).
+Stage "gan" (`gan_rounds` x `local_epochs` epochs): every client trains SDA-FC's GAN (fedclust/nn/gan.py) on its own
+images with SDA-FC's recipe (batch 64, Adam betas (0.5, 0.999), lr_D 2e-4, lr_G 1.8e-3, both x 0.99 an epoch, Adam
+rebuilt every epoch; fedclust/methods/families/gan_clients.py). Stage "synthesize" (one round, no local step): every
+client generates as many synthetic images as it holds, in eval mode, and sends them. The server trains a DCN (Yang et
+al. 2017; fedclust/clustering/dcn.py) on all of them: MLP autoencoder d-500-500-2000-10, 50 reconstruction epochs,
+k-means, 50 joint epochs with lam = 0.05 (DCN's MNIST values), batch 256, Adam 1e-3. A real image (raw [0, 1]
+pixels: `data.normalize: none`) takes the nearest DCN centroid of its embedding.
 
-Which GAN, stated: the paper's own abstracts say each client trains its GAN locally and sends synthetic
-data once (one communication round); CCFC's related work only calls it GAN-based. The default,
-`federated_gan=False`, is that reading: each client trains its own GAN for `gan_rounds` x `local_epochs`
-epochs (50: SDA-FC's schedule), nothing is averaged, and each generates from its own GAN. `federated_gan=True`
-is the other reading, a GAN trained with FedAvg (the generator and the discriminator averaged after every
-round, BatchNorm statistics included, weights = client sizes, every client starting from the one global
-initialisation). It was the default until it was measured (benchmarks/results/ppfc_gan_collapse.md): FedAvg
-over 10 clients slows the GAN down several-fold (per-pixel spread of the averaged generator 0.029 after 128
-local steps against 0.158 with 2 clients and 0.27 for real images, IID Fashion-MNIST), so at the budgets run
-so far its generator drew near-identical gray images and the DCN put every image in one cluster (NMI 0).
-The one-shot reading is also the one whose pattern matches the paper's table (NMI highest at p = 1, where
-each client's GAN models few classes). With FedAvg, the averaged generator's BatchNorm statistics are
-re-estimated from noise before it synthesises (`recalibrate_bn`, data-free): the average of the clients'
-statistics describes their weights, not the averaged ones. Every client logs its synthetic images' spread
-beside its own images' and warns when it is below half (a collapse).
+Sent: the synthetic images, once (payload "synthetic": the only data-shaped payload, as the paper shares it); GAN
+weights only with `federated_gan: true`.
 
-Other choices, stated (none of these is documented by the paper): the DCN settings above; the autoencoder is
-initialised with the networks (torch.manual_seed(seed) before build) and lives outside the state dict, in the
-server state, so it is neither averaged nor copied to clients. `synthetic_per_client` and
-`max_steps_per_epoch` exist for budget runs.
-
-Privacy boundary: the synthetic images (payload "synthetic") are the only data-shaped thing a client
-sends, once; besides them the clients send the GAN weights only with federated_gan=True (for FedAvg).
+Choices, each measured in docs/findings/ppfc_gan.md:
+- One GAN per client, nothing averaged (`federated_gan: false`, the abstract's one-shot reading): FedAvg over 10
+  clients slowed the GAN several-fold and its generator drew gray images (NMI 0). `federated_gan: true` is the
+  other reading, a GAN trained with FedAvg from one global initialisation; its averaged generator's BatchNorm
+  statistics are re-estimated from noise before it synthesises (`recalibrate_bn`).
+- Every client logs its synthetic images' spread beside its own images' and warns below half (a collapse).
+- The DCN settings are DCN's own (the paper documents none); the autoencoder lives in the server state, outside
+  the state dict, so it is neither averaged nor sent. `synthetic_per_client` and `max_steps_per_epoch` exist for
+  budget runs.
 """
 
 from __future__ import annotations
@@ -55,7 +39,7 @@ from fedclust.seeding import SERVER, generator, int_seed
 
 
 class PPFCGAN(GANClients, FederatedMethod):
-    """PPFC-GAN: FedAvg GAN, shared synthetic images, DCN on the server.
+    """PPFC-GAN: a GAN per client, shared synthetic images, DCN on the server.
 
     Shares synthetic data: each client sends generated images once (payload "synthetic").
 

@@ -19,10 +19,11 @@ Choices, stated:
 - The reference trains on raw [0, 1] pixels (the generator ends in a Sigmoid): use `data.normalize: none`.
 - FCM starts from random memberships (the reference's fuzzy-c-means package does); FAISS k-means replaces
   scikit-learn's.
-- `synthetic_per_client` and `max_steps_per_epoch` exist only for budget runs (defaults: the paper).
+- `synthetic_per_client` and `max_steps_per_epoch` exist only for budget runs (defaults: the paper). Measured
+  (NMI at the paper's 50 epochs, budgets, GAN step speed): docs/findings/sdafc.md.
 
-Privacy boundary: the synthetic images (payload "synthetic", n x C x H x W) are the only thing a client
-sends; no weights travel (communicated() is empty). Each client's GAN stays in its state (its local weights).
+Sent: the synthetic images (payload "synthetic", n x C x H x W) and nothing else; no weights travel. Each client's
+GAN stays in its state (its local weights).
 """
 
 from __future__ import annotations
