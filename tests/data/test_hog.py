@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fedclust.nn.hog import hog
+from fedclust.data.hog import hog
 
 
 def _edge(horizontal: bool, side: int = 8) -> torch.Tensor:
