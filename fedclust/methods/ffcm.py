@@ -2,40 +2,25 @@
 c-Means Algorithm (FFCM)", AAAI 2022 Workshop on Trustable, Verifiable and Auditable Federated Learning),
 as in its official code (REFERENCE.md "FFCM").
 
-- The global centres start uniform in [0, 1)^d, drawn by the server from (seed, "ffcm-init").
-- Each round every client runs full fuzzy c-means on its own data (fedclust/clustering/fcm.py; m = 2,
-  at most 1000 iterations, stopping once the Frobenius norm of the membership change is below 1e-4)
-  starting from memberships to the global centres, and sends its c centres and their supports (sums
-  of the memberships to its final centres, one per centre; not the sums of u^m that FCM weights with).
-- Server, `server: "avg"`: global centre j = the support-weighted average of every client's centre j
-  (client centres keep the index of the global centre they started from). A centre with zero total
-  support keeps its position. `server: "kmeans"`: k-means (FAISS, 500 iterations as the official
-  scikit-learn call) on all client centres, unweighted; in the first `warm_start_after` rounds from
-  `kmeans_redo` k-means++ seedings (10: the official call keeps scikit-learn's n_init default, 10 before
-  scikit-learn 1.4's 'auto'), then from
-  the previous global centres (official code: only the first round is seeded).
-- Stops once the global centres move less than `tol` (Frobenius norm of the change) or after
-  `max_rounds`. The engine runs the fixed number of rounds that `stages()` declares and cannot stop
-  early, so after convergence the remaining rounds are no-ops: clients do no work and send nothing,
-  the server keeps its centres. `converged_round` (1-based, as metrics.csv's `round`) is logged and
-  kept in the server state.
-- A cycle stops it too (our addition; the official code would run on to max_rounds): when the new global
-  centres come within `tol` of those of L = 2 ... `cycle_window` rounds before, with the same clients
-  taking part in those L rounds, the rounds map (deterministic given the clients) repeats itself. Measured
-  on Fashion-MNIST at p = 1 with one server seeding (benchmarks/results/ffcm_cycle_fmnist.md): two states
-  0.019 apart alternate from round 6 (round 8 returns to round 6's within 4e-7); with 10 seedings that run
-  converges at round 4.
-  One warning is logged, `cycle_round` and `period` enter the server state (so a resumed run knows), and
-  the remaining rounds do no client work: they replay the L states in turn, so every later round, and the
-  final one, holds the centres the official loop would hold there. `cycle_window: 0` turns this off.
-- A point is labelled by its nearest global centre (= its largest membership).
-Communicated: no weights, only c centres + c supports per client. The uniform start (REFERENCE.md; one
-published version of the official code draws integers in [-10, 10) instead) suits features in [0, 1];
-with `data.normalize: l2` (the baselines' geometry) the data lie in the unit ball, far from every start,
-and the first local runs pull all centres in from there, as the official code would.
-m = 2 is the official default; in 784 dimensions it leaves memberships nearly uniform, and m = 1.1 (the
-SDA-FC code's FCM setting) is the alternative measured in benchmarks/results/fcm_fmnist.md. CCFC
-describes FFCM's server step as k-means on the local centres, i.e. `server: "kmeans"`.
+The global centres start uniform in [0, 1)^d, drawn by the server from (seed, "ffcm-init"). Each round every client
+runs full fuzzy c-means on its own data (fedclust/clustering/fcm.py; m = 2, at most 1000 iterations, local stop at a
+membership change below 1e-4) from memberships to the global centres, and sends its c centres, their supports (sums
+of memberships) and their effective sample counts, nothing else; a centre with fewer effective samples than the
+privacy floor (federation.min_summary_size) is zeroed and carries no support. The server either averages each centre
+over the clients weighted by support (`server: "avg"`, the official default) or runs k-means on all client centres
+(`server: "kmeans"`, as CCFC describes FFCM's server step): from `kmeans_redo` = 10 k-means++ seedings in the first
+`warm_start_after` rounds (the official scikit-learn call's n_init), then from the previous centres. A point takes
+its nearest global centre.
+
+Stopping: once the global centres move less than `tol`, or after `max_rounds`; the engine runs the declared rounds,
+so later rounds are no-ops (`converged_round` is logged and kept). A cycle stops it too (our addition): when the
+centres come back within `tol` of those of 2 ... `cycle_window` rounds before with the same clients, one warning is
+logged and the remaining rounds replay the cycle without client work, so every later round holds what the official
+loop would hold. Seeded once, the server's k-means cycled at p = 1 on Fashion-MNIST; seeded 10 times it converged.
+
+The class defaults are the official code's (m = 2, avg); the config's m = 1.1 with the k-means server is the measured
+setting closest to CCFC's FFCM row (docs/findings/ffcm.md). With `data.normalize: l2` the data lie in the unit ball,
+far from the uniform start, and the first local runs pull every centre in, as the official code's would.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ the farthest point, as the official code's scikit-learn KMeans does (fedclust/cl
 Central start (`central_start`): "first" — the first client's centres (client 0 unless it failed), as the
 official code; "random" — a client drawn from (seed, "central-kfed"); or a client id. Over the ten start
 clients NMI spans 0.027 (p = 0), 0.031 (p = 0.5) and 0.127 (p = 1) on Fashion-MNIST
-(benchmarks/results/kfed_start_fmnist.md).
+(docs/findings/kfed.md).
 
 Labelling (`labelling`): "local" — a point takes the global cluster of its local centre (the paper);
 "nearest" — a point takes the nearest global centre. The baselines' reported numbers are in cosine
