@@ -55,6 +55,7 @@ class FederatedData:
 
     def iter_indices(self, idx: Tensor, batch_size: int | None = None) -> Iterator[Tensor]:
         step = batch_size or self.eval_batch_size
+        idx = idx.to(self.x.device)  # one copy of the indices, not one per batch (a no-op on the CPU)
         for start in range(0, len(idx), step):
             yield self.gather(idx[start:start + step])
 
@@ -89,6 +90,9 @@ class ClientData:
         n = len(order)
         stop = n - n % self.batch_size if drop_last else n
         if self.source.on_device or self.source.host_workers == 0:
+            # samples on the accelerator: the epoch's order goes there once, so neither gather nor a method reading
+            # batch["index"] copies indices host-to-device per batch (a no-op where the samples are on the CPU)
+            order = order.to(self.source.x.device)
             for start in range(0, stop, self.batch_size):
                 idx = order[start:start + self.batch_size]
                 if len(idx) > 1:

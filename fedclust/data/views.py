@@ -131,8 +131,15 @@ class SimSiamViews28:
         return y.clamp_(0.0, 1.0)
 
 
+_GRAY_WEIGHTS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
 def _gray(x: torch.Tensor) -> torch.Tensor:
-    wt = torch.tensor(_GRAY, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+    # the weights made once per device and dtype: torch.tensor(list, device=cuda) is a host-to-device copy per call
+    key = (x.device, x.dtype)
+    wt = _GRAY_WEIGHTS.get(key)
+    if wt is None:
+        wt = _GRAY_WEIGHTS[key] = torch.tensor(_GRAY, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
     return (x * wt).sum(1, keepdim=True)
 
 
