@@ -1,52 +1,26 @@
 """FedPNP: federated Contrastive Clustering with a past negatives pool (Miao & Koyuncu, "Resource-efficient
 federated clustering with past negatives pool", papers/fedpnp-past-negatives-pool.txt, Sec. 2.3-2.4).
 
-FedCC (fedclust/methods/fedcc.py) with two changes to the local loss of client k in round r:
-- Instance level, eqs. (3), (5), (6): the negatives of sample i are only the samples j of the batch whose
-  past soft labels are far from i's: P_i = {j != i : s(y_i^o, y_j^o) < mu for both views o in {a, b}},
-  with y^o the cluster-head outputs of the client's past local model on the current views, s a Gaussian
-  similarity and mu = 0.999. In round 1 there is no past model: y comes from the current model.
+FedCC (fedclust/methods/fedcc.py: FedAvg of every weight, Adam 3e-4, tau_I 0.5, tau_C 1.0, cluster = argmax of the
+global cluster head; every weight is what a client sends) with two changes to client k's local loss in round r:
+- Instance level, eqs. (3), (5), (6): the negatives of sample i are only the batch samples j whose past soft labels
+  are far from i's, P_i = {j != i : s(y_i^o, y_j^o) < mu for both views o}, y^o the cluster head's outputs of the
+  client's past local model on the current views, mu = 0.999.
 - The total is L_I^PNP + alpha * L_C (eq. 8), alpha = 2 in round 1 and 0.1 afterwards (Sec. 3.1).
-Everything else is FedCC: FedAvg of all weights, Adam 3e-4, tau_I 0.5, tau_C 1.0, cluster = argmax of the
-global cluster head.
 
-Choices the paper leaves open, and what is done here:
-- Similarity s (eq. 3). The text prints "Gaussian similarity s(u, v) = exp(uv)"; exp(u.v) of two softmax
-  vectors is >= 1, so no pair would ever fall below mu = 0.999 and the pool would always be empty. The
-  Gaussian kernel s(u, v) = exp(-||u - v||^2) (bandwidth 1) is used: s in (0, 1], s = 1 for identical
-  soft labels, and s < 0.999 means ||u - v||^2 > 1.0005e-3. With mu = 0.999 only pairs with almost
-  identical soft labels (confidently the same cluster, or both near-uniform) are removed from the negatives.
-  Measured consequence (benchmarks/results/fedpnp_ablation_fmnist_test.md, Fashion-MNIST, first 10 rounds): under
-  IID the pool keeps 99.7-99.9 % of a batch's pairs from round 2 (under Dirichlet 0.1, measured with alpha 1,
-  99.6-99.8 % from round 3), so FedPNP's difference from FedCC there is alpha; the pool acts only once the
-  cluster head is confident (with alpha 1 under IID the kept share falls to 98.8 % by round 10).
-  `pool_threshold` lowers mu for users who want a wider pool (mu 0.9 keeps 39-87 %).
-- The pool is per batch and index-based: P is an n x n mask shared by both views; an anchor of view a has
-  as negatives u_j and v_j for j in P_i (eq. 5), as in NT-Xent. Both views act as anchors (mean over
-  2n anchors, as CC and `nt_xent`).
-- The positive stays in the denominator of eq. (5) (SimCLR's NT-Xent, which eq. (4) cites): then the PNP
-  loss equals CC's instance loss when P_i = all j != i, and an anchor with an empty pool contributes
-  log 1 = 0 instead of an undefined term.
-- "Past local model" = the client's own model at the end of its previous local training (after local
-  training, before aggregation: "soft labels ... from the past local model in last communication round").
-  With partial participation it is the last round this client trained; a client that has not trained yet
-  uses its current model (the paper's round-1 rule) but with alpha = 0.1 after the first round.
-- "Past features": the past model is run (no gradient, eval mode: BatchNorm uses its running statistics)
-  on the *current* batch's two views (Fig. 2: "two augmented samples pass through ... local models in the
-  previous round"); its soft labels only select negatives. The sentence after eq. (8) says the cluster
-  term "depends only on the current parameters", and eq. (7) is written with the current round's
-  assignments, so by default L_C is CC's cluster loss on the current model's outputs of both views.
-  Sec. 2.4 also says the ordinary loss is applied "on both past and current cluster features"; the
-  option `past_cluster_loss=True` reads it literally and adds 1/2 [L(c^a, c_past^b) + L(c^b, c_past^a)]
-  (eq. 4 with tau_C between the current and the past cluster columns, past side without gradient).
-- Round 1: the pool comes from the current model's soft labels of the same forward pass (detached), so it
-  costs nothing extra. alpha follows the round number of the run (round 1 of the schedule: alpha = 2).
-- What is computed when: per batch, two views; from round 2 one extra forward of the past backbone +
-  cluster head per view (about +1/3 of a step's compute, no activations kept); the pool mask (n x n) and
-  the losses. At the end of local training the client saves its backbone + cluster head.
-- Memory: ctx.state["past"] holds one copy of the backbone and cluster head per client, on CPU (the
-  instance head is not needed: only soft labels are). ResNet-18 + cluster head: about 45 MB per client,
-  saved in the checkpoint. Only one working copy of the past network lives on the device at a time.
+Choices the paper leaves open (measured in docs/findings/fedpnp.md):
+- s is the Gaussian kernel exp(-||u - v||^2): the printed exp(uv) of two softmax vectors is >= 1, so no pair would
+  fall below mu and the pool would always be empty. With mu = 0.999 the pool keeps 99.7-99.9 % of a batch's pairs
+  on Fashion-MNIST, so FedPNP's difference from FedCC there is alpha; `pool_threshold` widens it.
+- The pool is a per-batch n x n mask shared by both views; both views are anchors, and the positive stays in the
+  denominator of eq. (5) (SimCLR's NT-Xent, which eq. (4) cites), so an empty pool gives FedCC's instance loss.
+- "Past local model" is the client's own backbone + cluster head at the end of its last local training, run without
+  gradient in eval mode on the current batch's views (about +1/3 of a step's compute from round 2); a client that
+  has not trained yet uses its current model (the paper's round-1 rule). It lives in the client's state on the CPU
+  (ResNet-18 + head: about 45 MB a client, saved in the checkpoint).
+- L_C is CC's cluster loss on the current model's outputs (eq. 7, "depends only on the current parameters");
+  `past_cluster_loss` also contrasts the current cluster columns with the past model's, reading Sec. 2.4's "on
+  both past and current cluster features" literally.
 """
 
 from __future__ import annotations

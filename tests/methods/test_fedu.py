@@ -95,44 +95,18 @@ def test_dapu_compares_the_conv_weights_easyfl_names_conv():
     assert divergence_weights(build_backbone("convnet28", 1, 28)) == ["net.0.weight", "net.3.weight", "net.6.weight"]
 
 
-@pytest.mark.parametrize("shift, takes_global", [(0.01, True), (1.0, False)])
-def test_divergence_to_the_next_global_encoder_is_kept_as_an_option(shift, takes_global):
-    from fedclust.data.config import build_federated_data
-
-    torch.manual_seed(0)
-    method = FedU(**TINY, dapu_divergence="to_next_global")
-    method.build(INFO)
-    data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
-    weights = method.state_dict()
-    # the client's own model of its last round: the global encoder shifted by `shift` per weight tensor
-    own = {k: weights[k] + shift / math.sqrt(weights[k].numel()) for k in method._dapu_keys}
-    own_predictor = {k: v + 1.0 if v.is_floating_point() else v for k, v in method.predictor.state_dict().items()}
-    state = {"own_encoder": own, "own_predictor": own_predictor}
-    ctx = ClientContext(0, Stage("byol", 1), 0, 0, data.client(0, 64), state, 0)
-    global_predictor = {k: v.clone() for k, v in method.predictor.state_dict().items()}
-    method.on_client_start(ctx)
-    assert state["divergence"] == pytest.approx(shift, rel=1e-4)
-    assert state["global_predictor"] is takes_global  # threshold 0.4
-    expected = global_predictor if takes_global else own_predictor
-    assert all(torch.equal(v, expected[k]) for k, v in method.predictor.state_dict().items())
-
-
-@pytest.mark.parametrize("mode", ["local_update", "to_next_global"])
-def test_clients_remember_what_the_next_round_needs(mode):
+def test_clients_remember_what_the_next_round_needs():
     from tests.helpers.tiny import build
 
     class FedUAlone(FedU):  # FedU is a family, not a method: it does not cluster
         def assign(self, x):
             return torch.zeros(len(x), dtype=torch.long)
 
-    orch = build(FedUAlone(**{**TINY, "rounds": 2, "dapu_divergence": mode}), tiny_data(num_clients=2))
+    orch = build(FedUAlone(**{**TINY, "rounds": 2}), tiny_data(num_clients=2))
     orch.run()
     state = orch.client_states[0]
     assert not math.isnan(state["divergence"]) and isinstance(state["global_predictor"], bool)
-    if mode == "to_next_global":  # round 2 compared the client's round-1 model
-        assert set(state["own_encoder"]) == set(orch.method._dapu_keys)
-    else:  # EasyFL keeps no encoder copy between rounds
-        assert "own_encoder" not in state
+    assert "own_encoder" not in state  # EasyFL keeps no encoder copy between rounds
 
 
 def test_views_are_easyfls_simclr_transform_with_s_1():

@@ -2,38 +2,25 @@
 data") and the two clustering baselines FedMCC builds on it (papers/fedmcc-momentum-contrastive-clustering.md,
 Section IV-B: "FedU + K-means" and "FedU + MCC", Tables I-II).
 
-FedU, as the EasyFL code behind FedMCC's baselines (REFERENCE.md "FedU / FedEMA"): BYOL on every client —
-online encoder f + projector g + predictor q, target f^T + g^T by EMA (m = 0.99), symmetric normalized
-regression loss (fedclust/losses/byol.py); the server averages the online encoder, projector and
-predictor; the target stays on the client (not communicated). Divergence-aware predictor update (DAPU), as
-EasyFL's fedssl client (applications/fedssl/client.py, `train` and `_calculate_divergence`): at the end of
-its local training a client measures how far its online encoder moved from the global encoder it started
-the round from, d = mean over the encoder's parameters named "conv" and "weight" of ||w_end - w_start||_2
-(torch.dist; ResNet shortcut/downsample convolutions are not named "conv" and are left out, as in EasyFL;
-a backbone without such names uses its Conv2d, else Linear, weights). The decision applies in the client's
-NEXT round: it starts from the global predictor if d < `divergence_threshold` (0.4), else from its own
-predictor as it ended this round. A client's first round uses the global predictor.
-`dapu_divergence: to_next_global` keeps this file's earlier reading: at the start of a round, d between the
-client's encoder from its last round and the new global encoder, applied at once (the 0.4 threshold was set
-for EasyFL's quantity, not this one).
-Views: EasyFL's SimCLRTransform for BYOL, s = 1: RandomResizedCrop, flip, ColorJitter(0.8, 0.8, 0.8, 0.2)
-with p 0.8, grayscale p 0.2, no blur (`color_strength` 1.0; `blur: true` adds CC's ImageNet-10 blur).
-Paper setup (REFERENCE.md): CIFAR ResNet-18, projector and predictor 512 -> 4096 -> 2048 (Linear + BN +
-ReLU + Linear), batch 128, 5 local epochs, 100 rounds, SGD lr 0.032, momentum 0.9, weight decay 5e-4,
-cosine decay over the rounds (the learning rate of round r is lr * (1 + cos(pi r / R)) / 2).
-`divergence_threshold: null` always takes the global predictor (plain FedAvg BYOL, FedBYOLCC's base).
+FedU, as the EasyFL code behind FedMCC's baselines (REFERENCE.md "FedU / FedEMA"): BYOL on every client (online
+encoder f + projector g + predictor q, target f^T + g^T by EMA m = 0.99, symmetric normalized regression loss,
+fedclust/losses/byol.py); the server averages the online encoder, projector and predictor (what a client sends);
+the target stays on the client. Settings as its code: CIFAR ResNet-18, MLPs 512 -> 4096 -> 2048, batch 128, 5 local
+epochs, 100 rounds, SGD 0.032 momentum 0.9 weight decay 5e-4 with a half-cosine decay over the rounds; views are
+EasyFL's SimCLR views with s = 1 (`color_strength`; `blur` adds CC's ImageNet-10 blur).
 
-FedUKMeans: after FedU, K-means (FAISS, Lloyd) on the global encoder's representations f*(x) of every
-sample, a point's cluster = its nearest centroid. The paper does not federate this K-means (its baseline
-"clusters the resulting representations"); it runs here on the server at scoring time, like the
-evaluation, once per global encoder (seeded by the seed and the round), so the scores and
-assignments.csv see one clustering.
+Divergence-aware predictor update (DAPU), as EasyFL's fedssl client (`train`, `_calculate_divergence`): at the end
+of its local training a client measures how far its online encoder moved from the global encoder it started from,
+d = the mean ||w_end - w_start||_2 over the encoder's parameters named "conv" and "weight" (EasyFL's names; a
+backbone without them uses its Conv2d, else Linear, weights); in its NEXT round it starts from the global predictor
+if d < `divergence_threshold` (0.4), else from its own. A client's first round takes the global predictor;
+`divergence_threshold: null` always does (plain FedAvg BYOL, FedBYOLCC's base). How that reading was checked:
+docs/findings/fedu.md.
 
-FedUMCC: after FedU, FedMCC's clustering stage (Algorithm 2, eq. 9, `MomentumClusterStage`): the encoders
-frozen, the cluster projector g_C trained with its EMA target on the frozen client target encoder f^T,
-g_C alone averaged; 10 rounds. The cluster stage trains g_C with FedMCC's stage-2 optimiser, Adam 3e-4 without
-weight decay or decay schedule (FedMCC Section IV-A; `cluster_optimizer: sgd` keeps FedU's SGD with its cosine
-schedule restarted over the cluster rounds instead).
+FedUKMeans: then K-means (FAISS) on the global encoder's representations of every sample, on the server at scoring
+time, once per global encoder (the paper does not federate it: its baseline "clusters the resulting
+representations"). FedUMCC: then FedMCC's clustering stage (Algorithm 2, `MomentumClusterStage`) for 10 rounds,
+g_C alone averaged, with FedMCC's Adam 3e-4 (Section IV-A; `cluster_optimizer: sgd` keeps FedU's SGD instead).
 """
 
 from __future__ import annotations
@@ -78,8 +65,6 @@ class FedU(FederatedMethod):
         crop_scale: Area range of the random resized crop.
         color_strength: SimCLR's jitter strength s (1.0: EasyFL's BYOL views).
         blur: Add CC's ImageNet-10 Gaussian blur to the colour views.
-        dapu_divergence: local_update (EasyFL: how far local training moved the encoder, decision applied
-            next round) or to_next_global (last round's local encoder vs the new global one, applied at once).
     """
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "resnet18_cifar",
@@ -88,8 +73,7 @@ class FedU(FederatedMethod):
                  optimizer: Literal["sgd", "adam"] = "sgd", lr: float = 0.032, sgd_momentum: float = 0.9,
                  weight_decay: float = 5e-4, cosine_decay: bool = True, ema_decay: float = 0.99,
                  divergence_threshold: float | None = 0.4, augment: Literal["color", "simsiam28"] = "color",
-                 crop_scale: tuple[float, float] = (0.08, 1.0), color_strength: float = 1.0, blur: bool = False,
-                 dapu_divergence: Literal["local_update", "to_next_global"] = "local_update"):
+                 crop_scale: tuple[float, float] = (0.08, 1.0), color_strength: float = 1.0, blur: bool = False):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         hp = self.hparams
@@ -101,8 +85,6 @@ class FedU(FederatedMethod):
             raise ConfigError("method.optimizer", hp.optimizer, "sgd or adam")
         if hp.divergence_threshold is not None and not hp.divergence_threshold >= 0:
             raise ConfigError("method.divergence_threshold", hp.divergence_threshold, "a number >= 0 or null")
-        if hp.dapu_divergence not in ("local_update", "to_next_global"):
-            raise ConfigError("method.dapu_divergence", hp.dapu_divergence, "local_update or to_next_global")
         self.automatic_optimization = False  # the EMA follows each optimizer step inside training_step
         self._views_gen: torch.Generator | None = None
         self._stage = "byol"
@@ -172,15 +154,9 @@ class FedU(FederatedMethod):
             state["divergence"], state["global_predictor"] = math.nan, True
             return
         weights = self.state_dict()
-        if self.hparams.dapu_divergence == "local_update":
-            # EasyFL: the decision was taken at the end of the client's last round; the first round is global
-            self._round_start = {k: weights[k].detach().clone() for k in self._dapu_keys}
-            state.setdefault("global_predictor", True)
-        elif "own_encoder" in state:
-            d = divergence(state["own_encoder"], {k: weights[k] for k in state["own_encoder"]})
-            state["divergence"], state["global_predictor"] = d, d < threshold
-        else:
-            state["divergence"], state["global_predictor"] = math.nan, True
+        # EasyFL: the decision was taken at the end of the client's last round; the first round is global
+        self._round_start = {k: weights[k].detach().clone() for k in self._dapu_keys}
+        state.setdefault("global_predictor", True)
         if not state["global_predictor"]:
             self.predictor.load_state_dict(state["own_predictor"])
 
@@ -189,13 +165,10 @@ class FedU(FederatedMethod):
         if self._stage != "byol" or threshold is None:
             return {}
         weights = self.state_dict()  # the client's model after local training
-        if self.hparams.dapu_divergence == "local_update":
-            d = divergence({k: weights[k] for k in self._dapu_keys}, self._round_start)
-            state["divergence"], state["global_predictor"] = d, d < threshold  # for the client's next round
-            self._round_start = {}
-        else:
-            state["own_encoder"] = {k: weights[k].detach().cpu().clone() for k in self._dapu_keys}
-        if self.hparams.dapu_divergence == "to_next_global" or not state["global_predictor"]:
+        d = divergence({k: weights[k] for k in self._dapu_keys}, self._round_start)
+        state["divergence"], state["global_predictor"] = d, d < threshold  # for the client's next round
+        self._round_start = {}
+        if not state["global_predictor"]:
             state["own_predictor"] = {k: v.detach().cpu().clone() for k, v in self.predictor.state_dict().items()}
         else:
             state.pop("own_predictor", None)  # next round starts from the global predictor: nothing to keep

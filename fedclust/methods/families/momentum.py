@@ -149,12 +149,10 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         average_target: Average the target networks too (Table VII, "Update Both"); default: they stay local.
         cluster_target_encoder: What the target path of stage 2 (eq. 9) encodes with: "own", the client's
             target encoder f_k^T, as eq. (7) writes it (the default); "global", the frozen global encoder f*
-            that the online path uses (an ablation: f_k^T is the client's EMA of its stage-1 training and
-            differs from f*, so the two paths then cluster the same representation).
+            that the online path uses (an ablation: the two paths then cluster the same representation).
         cluster_ema_decay: m of the cluster projector's target g_C^T in stage 2; None (the default) uses
             `ema_decay`, the one m the paper gives every target (Section II-B). An ablation: 0 makes g_C^T
-            follow g_C^O at every step (on the Fashion-MNIST whole schedule, IID, it lifted stage 2 from
-            NMI 0.454 to 0.539 in the same 10 rounds; benchmarks/results/whole_schedule_findings.md).
+            follow g_C^O at every step (docs/findings/fedmcc.md).
     """
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "resnet18", resize: int | None = None,
