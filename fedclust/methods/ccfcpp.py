@@ -10,7 +10,7 @@ whose regulariser fedclust/losses/decorrelation.py implements. Everything else i
 Choices the abstract leaves open, and what is done here:
 - Which tensor: z, the projector's output, the representation CCFC clusters and the one whose collapse was
   measured here (90 % of z's variance in 3 of 64 directions on Fashion-MNIST,
-  benchmarks/results/ccfc_stage1_fmnist_test.md). FedDecorr regularises the penultimate features of a
+  docs/findings/ccfc.md). FedDecorr regularises the penultimate features of a
   classifier; in CCFC the analogue is z.
 - Normalisation: FedDecorr's, per batch: each dimension centred and scaled to unit variance, the correlation
   matrix's squared off-diagonal entries summed and divided by d^2.

@@ -56,7 +56,7 @@ class ClusterContrastiveFC(FederatedMethod):
             images; smaller images need it scaled, e.g. 0.1-0.6 on 8x8 digits).
         jitter: Brightness/contrast jitter of the simsiam28 views (factors U[1 - jitter, 1 + jitter], p 0.8);
             0 (the official MNIST code) draws nothing. Fashion-MNIST needs it: without it SimSiam's z
-            encodes image brightness (benchmarks/results/ccfc_stage1_fmnist_test.md).
+            encodes image brightness (docs/findings/ccfc.md).
         resize: Resize inputs to this side before the backbone (None keeps the data's size).
         scfc: Keep the SimSiam loss in stage 2 (the SCFC baseline).
         standalone: No averaging: every client keeps its own model (the standalone ablation).
