@@ -4,7 +4,9 @@ federated), after Bezdek (1981) / Bezdek, Ehrlich & Full (1984).
 Runs as a one-client federation (`data.num_clients: 1`) like KMeans, so the same data, geometry and scoring
 code serve it: one round, no gradient step, FCM (fedclust/clustering/fcm.py) on every point. A point is
 labelled by its largest membership, i.e. its nearest centre. The baselines' reported numbers are in
-cosine geometry: pair this method with `data.normalize: l2` (configs/fcm_fmnist.yaml does).
+cosine geometry: pair this method with `data.normalize: l2` (configs/fcm_fmnist.yaml does). The client sends its c
+centres, their supports and their effective sample counts (a centre below the privacy floor is zeroed). Why the
+config runs m = 1.1 with 5 starts: docs/findings/fcm.md.
 """
 
 from __future__ import annotations
