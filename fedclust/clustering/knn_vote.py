@@ -9,7 +9,6 @@ from torch import Tensor
 
 from fedclust.clustering.kmeans import _faiss, backend_in_use
 
-
 # Above this many rows the FAISS search is an inverted-file index (approximate, about n^1.5 work) instead of exact.
 EXACT_SEARCH_ROWS = 50_000
 

@@ -134,7 +134,8 @@ def _direct(**kw) -> FFCM:
 def _server_round(method: FFCM, rnd: int, centres: torch.Tensor, clients=(0,)) -> None:
     """One server step whose clients all send `centres` with equal supports (the avg server returns them)."""
     method.on_round_start(RoundContext(Stage("ffcm", 9), 0, rnd, 0))
-    updates = [ClientUpdate(c, 5, {"centres": centres, "supports": torch.ones(3), "counts": torch.full((3,), 50.0)}) for c in clients]
+    payload = {"centres": centres, "supports": torch.ones(3), "counts": torch.full((3,), 50.0)}
+    updates = [ClientUpdate(c, 5, payload) for c in clients]
     method.aggregate(None, updates, RoundContext(Stage("ffcm", 9), 0, rnd, 0))
 
 
