@@ -19,13 +19,29 @@ def nearest_neighbors(x: Tensor, neighbors: int, chunk: int = 4096) -> Tensor:
     EXACT_SEARCH_ROWS rows, an IVF index above); otherwise exact top-k in torch on the rows' device, in chunks of
     ``chunk`` rows."""
     k = min(neighbors + 1, len(x))
-    unit = F.normalize(x.float(), dim=1)
+    unit = F.normalize(x.detach().float(), dim=1)
     if unit.device.type == "cpu" and _faiss() is not None and backend_in_use("cpu") == "faiss-cpu":
-        return _faiss_search(unit, k)
+        found = _faiss_search(unit, k)  # an IVF search that found fewer than k: the row itself stands in
+        return torch.where(found < 0, torch.arange(len(found))[:, None].expand_as(found), found)
     return torch.cat([(unit[s:s + chunk] @ unit.T).topk(k, dim=1).indices for s in range(0, len(x), chunk)])
 
 
-def _faiss_search(unit: Tensor, k: int) -> Tensor:
+def nearest_rows(queries: Tensor, base: Tensor, chunk: int = 4096) -> Tensor:
+    """Index (m,) of each query row's most cosine-similar row of ``base``: FAISS's search on the CPU when installed
+    (an IVF index above EXACT_SEARCH_ROWS base rows, so labelling N samples by N / M summaries is not N^2 / M work),
+    else exact chunked torch on the rows' device."""
+    q, b = F.normalize(queries.detach().float(), dim=1), F.normalize(base.detach().float(), dim=1)
+    if q.device.type == "cpu" and _faiss() is not None and backend_in_use("cpu") == "faiss-cpu":
+        found = _faiss_search(b, 1, q)[:, 0]
+        lost = (found < 0).nonzero().squeeze(1)  # an IVF search that found nothing: exact for those
+        found[lost] = (q[lost] @ b.T).argmax(1)
+        return found
+    return torch.cat([(q[s:s + chunk] @ b.T).argmax(1) for s in range(0, len(q), chunk)])
+
+
+def _faiss_search(unit: Tensor, k: int, queries: Tensor | None = None) -> Tensor:
+    """The k most similar rows of ``unit`` to each query (default: to each row of ``unit`` itself); -1 where an IVF
+    search found fewer than k."""
     faiss = _faiss()
     rows = np.ascontiguousarray(unit.numpy())
     n, d = rows.shape
@@ -36,10 +52,8 @@ def _faiss_search(unit: Tensor, k: int) -> Tensor:
         index.train(rows)
         index.nprobe = 16
     index.add(rows)
-    _, found = index.search(rows, k)
-    found = torch.from_numpy(found).long()
-    missing = found < 0  # an IVF search that found fewer than k: the row itself stands in
-    return torch.where(missing, torch.arange(n)[:, None].expand_as(found), found)
+    _, found = index.search(rows if queries is None else np.ascontiguousarray(queries.numpy()), k)
+    return torch.from_numpy(found).long()
 
 
 def vote(labels: Tensor, neighbors_of: Tensor, num_labels: int | None = None) -> Tensor:

@@ -28,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedclust.clustering.kmeans import assign_nearest
-from fedclust.clustering.knn_vote import nearest_neighbors
+from fedclust.clustering.knn_vote import nearest_neighbors, nearest_rows
 from fedclust.clustering.label_history import vote_over_labellings
 from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.spectral import spectral_clustering
@@ -230,7 +229,7 @@ class FedSpectral(FederatedMethod):
     def assign(self, x: Tensor) -> Tensor:
         if self.summaries is None:
             raise NotFittedError("FedSpectral has no summaries yet (no client has sent any)")
-        nearest = assign_nearest(self.embed(x), self.summaries.to(x.device), cosine=True)
+        nearest = nearest_rows(self.embed(x), self.summaries.to(x.device))
         return self.summary_labels.to(x.device)[nearest]
 
     @torch.no_grad()
@@ -259,7 +258,7 @@ class FedSpectral(FederatedMethod):
     def _client_labels(self, client, state: dict[str, Any]) -> Tensor:
         hp = self.hparams
         h = self._embed_all(client)
-        labels = self.summary_labels.to(h.device)[assign_nearest(h, self.summaries.to(h.device), cosine=True)]
+        labels = self.summary_labels.to(h.device)[nearest_rows(h, self.summaries.to(h.device))]
         if hp.spread_neighbors and hp.spread_alpha:
             labels = label_spreading(nearest_neighbors(h, hp.spread_neighbors), labels, self.num_clusters,
                                      hp.spread_alpha)
