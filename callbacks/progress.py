@@ -34,19 +34,26 @@ def duration(seconds: float) -> str:
 
 
 class ProgressCallback(Callback):
-    def __init__(self, console: Console | None = None):
+    """`live`: the bar and the per-round lines (fit's --progress); the final table is printed either way."""
+
+    def __init__(self, console: Console | None = None, live: bool = True):
         self.console = console or Console()
+        self.live = live
         self.progress: Progress | None = None
         self.task = None
         self.started, self.first_round = 0.0, 0  # this process's start and first round: the pace of the rounds
 
     def on_fit_start(self, orch) -> None:
         self.started, self.first_round = perf_counter(), orch.progress.done
+        if not self.live:
+            return
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=self.console, transient=True)
         self.progress.start()
 
     def on_round_start(self, orch, ctx, clients) -> None:
+        if not self.live:
+            return
         done = orch.progress.done + 1
         # escaped: rich would read "[pretrain 1/15]" as markup and drop it
         left = self.remaining(orch)
@@ -56,9 +63,12 @@ class ProgressCallback(Callback):
             total=len(clients))
 
     def on_client_end(self, orch, client_id) -> None:
-        self.progress.advance(self.task)
+        if self.live:
+            self.progress.advance(self.task)
 
     def on_round_end(self, orch, record) -> None:
+        if not self.live:
+            return
         self.progress.remove_task(self.task)
         scores = "  ".join(f"{m} {_shown(m, record[m])}" for m in METRICS if m in record)
         loss = "" if math.isnan(record["loss"]) else f"loss {record['loss']:.4f}  "

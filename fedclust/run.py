@@ -1,6 +1,12 @@
 """`fedclust fit`: build Fabric, data, method and federation from typed arguments, run, write the run folder;
 its parser (typed from fit's signature), and a run folder brought back from what it saved (`load_run`).
 
+fit reads as its five steps, one function (or context) each: 1. checks (`check_request`, then the resumed run's
+checkpoint, `read_resumed_checkpoint`), 2. the folder (`claimed_folder`), 3. build (`build_run` -> `Run`),
+4. the rounds (`start_run`, `run_rounds`), 5. what the run leaves (`write_results`). The run writes nothing before
+step 4 (a W&B or TensorBoard logger, built in step 3, makes its own files): a refusal in steps 1-3 leaves a new folder
+removed and a resumed one byte for byte as it was.
+
 Run folder: config.yaml (resolved), partition.txt / partition.csv (per-client class counts; without labels
 partition.txt holds each client's size and there is no partition.csv), metrics.csv,
 checkpoints/last.ckpt, assignments.csv (index, client, label, cluster) and final.json.
@@ -49,7 +55,6 @@ from fedclust.federation.distributed import (
     end_process_group,
     has_process_group,
     quiet_start_up,
-    rank_zero_before_launch,
 )
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
@@ -64,8 +69,9 @@ from fedclust.run_checks import (
     check_embedding_points,
     check_run_location,
     check_saved_run,
+    rank_zero_before_launch,
 )
-from fedclust.run_folder import CHECKPOINT
+from fedclust.run_folder import CHECKPOINT, RunFolder
 
 RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
 
@@ -122,7 +128,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         runs_dir: Parent folder of new run folders.
         run_dir: Exact run folder (default runs_dir/<name or method_data>_<time>).
         resume: A run folder to continue from its last checkpoint.
-        progress: Show the progress bar and the per-round lines.
+        progress: Show the progress bar and the per-round lines (the final metrics table is printed either way).
         embedding_plot: At the end, save a t-SNE of the representations coloured by cluster and by client
             with per-client Calinski-Harabasz scores (embedding.png / embedding.json; logged to W&B).
         embedding_points: Samples drawn for the t-SNE picture (the CH scores use every sample).
@@ -138,120 +144,284 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     if config_text is None:  # locals() holds fit's arguments alone here
         config_text = objects_config(fit_parser(), {key: value for key, value in locals().items()
                                                     if key != "config_text"})
-    federation.validate()  # these checks that need no data also run in fedclust.precheck, before torch
+    check_request(method, federation, fabric, logger, embedding_points, diagnose, resume, config_text)  # 1. checks
+    resumed_state = read_resumed_checkpoint(runs_dir, run_dir, resume)
+    prefix = name or f"{type(method).__name__.lower()}_{data.name}"
+    with claimed_folder(runs_dir, run_dir, resume, prefix) as claimed, \
+            kmeans_backend_chosen(kmeans_backend), process_group() as pg:  # 2. the folder
+        run = build_run(claimed.path, pg, method, data, federation, fabric, seed, logger, project, group, name,
+                        config_text, progress, resumed_state)  # 3. build
+        run.attach_callbacks(federation.checkpoint_every, embedding_plot, embedding_points, diagnose)
+        claimed.written = True  # from here on the run writes: nothing is refused any more
+        start_run(run, config_text, resumed=resumed_state is not None)
+        final = run_rounds(run)  # 4. the rounds
+        write_results(run, final)  # 5. what the run leaves
+        pg.finished = True
+    return final
+
+
+# ---------------------------------------------------------------- 1. checks
+
+
+def check_request(method: FederatedMethod, federation: FederationConfig, fabric: FabricConfig, logger: str,
+                  embedding_points: int, diagnose: bool, resume: str | None, config_text: str | None) -> None:
+    """What fit refuses before any folder exists, data is loaded or a model is built: each check also runs in
+    fedclust.precheck, before torch is imported, so a refusal reads the same both ways."""
+    federation.validate()
     check_devices(fabric)
     check_hparams(method)  # again in setup_method; here before any folder exists
     if logger != "csv":
-        require_logger(logger)  # before any folder exists
+        require_logger(logger)
     check_embedding_points(embedding_points)
-    if diagnose:  # also in fedclust.precheck (from the registry's record), before any data or folder
+    if diagnose:  # fedclust.precheck judges it from the registry's record
         check_diagnose(type(method).__name__, has_embedding(type(method)))
     if resume and config_text and (Path(resume) / "config.yaml").is_file():
         check_resume_overrides(Path(resume), config_text)
-    leader = rank_zero_before_launch()
-    claimed = None
-    if leader:
-        check_run_location(runs_dir, run_dir, resume)  # also in fedclust.precheck; nothing is created before it
-        prefix = name or f"{type(method).__name__.lower()}_{data.name}"
-        claimed = (run_folder.resume(resume) if resume is not None
-                   else run_folder.claim(runs_dir, prefix, run_dir))
-        folder = claimed.path
-        os.environ[RUN_DIR_ENV] = str(folder)  # the processes Fabric launches next write nothing, but know it
-    else:
-        folder = Path(os.environ.get(RUN_DIR_ENV) or resume or run_dir or "")
-    # the env var FEDCLUST_KMEANS_BACKEND or an earlier choice holds unless this run names a backend
-    previous_backend = set_kmeans_backend(kmeans_backend) if kmeans_backend != "auto" else None
-    group_started_here = finished = False
-    try:
-        # untrusted, so judged as soon as it is read: before any data is loaded or any model is built
-        resumed_state = load_checkpoint(folder / CHECKPOINT) if resume is not None else None
-        hparams = yaml.safe_load(config_text) if config_text else {}  # nested: filterable by data.p, seed, ...
-        extra = build_logger(logger, folder, project, group, name, hparams) if leader else None
-        kind = device_type(fabric.accelerator)
-        precision, why = resolve_precision(fabric.precision, kind, method.bf16_by_default())
-        memory_format = resolve_memory_format(fabric.memory_format, precision, kind)
-        started = started_arithmetic(folder) if resume else None
-        if started and fabric.precision == "auto" and fabric.memory_format == "auto":
-            # a resumed run goes on in the arithmetic it started in, even on a machine where auto says otherwise
-            precision, memory_format, why = *started, "auto, as when the run started"
-        fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
-                     num_nodes=fabric.num_nodes, precision=precision, loggers=[extra] if extra else [])
-        group_started_here = not has_process_group()
-        with quiet_start_up(leader):  # Lightning's start-up banners once, from rank 0
-            fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
-        folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
-        fed_data = build_federated_data(data, fab.device, seed)
-        info = fed_data.info
-        setup_method(method, fed_data, seed)
-        if memory_format == "channels_last":
-            use_channels_last(method)
-        leader = fab.is_global_zero
-        # soft_wrap: a line piped to a file stays one line (rich would cut it at 80 columns)
-        console = Console(quiet=not progress or not leader, soft_wrap=True)
-        orch = Orchestrator(fab, method, fed_data, federation, seed)
-        counts = class_counts(fed_data.labels.cpu(), [p.cpu() for p in fed_data.parts], info.num_classes)
-        table = format_class_counts(counts, info.has_labels)
-        backend = kmeans_backend_in_use(fab.device)
-        console.print(f"[bold]{type(method).__name__}[/] on {data.name}: {len(fed_data)} samples, "
-                      f"{fed_data.num_clients} clients, {orch.total_rounds} rounds, k-means on {backend}, "
-                      f"training in {precision} ({why}, {memory_format}), "
-                      f"run folder {folder}")
-        console.print(table, markup=False, highlight=False)
-        if resume:
-            orch.load_state_dict(resumed_state)
-            console.print(f"resumed after round {orch.progress.done}")
-        elif leader:  # atomically: a write that fails (disk full) leaves no half config.yaml behind
-            run_folder.write_output(folder / "config.yaml", config_text or "", "run_dir")
-            run_folder.write_output(folder / "partition.txt", table + "\n", "run_dir")
-            if info.has_labels:  # per client and class; data without labels have only partition.txt's sizes
-                run_folder.write_counts_csv(folder / "partition.csv", counts)
-        if leader:  # only rank 0 logs and writes
-            bar = ProgressCallback(console)
-            orch.callbacks = [CSVMetrics(folder / "metrics.csv"),
-                              Checkpoint(folder / CHECKPOINT, federation.checkpoint_every), bar]
-            if embedding_plot:
-                orch.callbacks.append(EmbeddingPlot(folder, embedding_points, seed))
-            if diagnose:
-                orch.callbacks.append(Diagnostics(folder / "diagnostics.csv"))
-            if extra:
-                orch.callbacks.append(FabricLogging())
-        if leader:
-            with (folder / "run.log").open("a") as log_file:
-                log_file.write(f"k-means backend: {backend}\n{arithmetic_line(precision, memory_format, why)}\n")
-            if orch.noise is not None:  # what the run's summaries spend, for the dashboard and the reader
-                run_folder.write_json(folder / "privacy.json", orch.noise.as_dict())
-                console.print(f"summaries with Gaussian noise: ({orch.noise.epsilon:.3g}, {orch.noise.delta:g})-DP "
-                              f"over {orch.noise.releases} rounds, noise multiplier {orch.noise.noise_multiplier:.3g}")
-        with run_log(folder / "run.log") if leader else contextlib.nullcontext():
-            try:
-                final = orch.run()
-            finally:  # a run stopped by Ctrl-C or a failed write ends the live bar too: the terminal gets its cursor
-                if leader:
-                    bar.close()
-        failure = unusable_run(orch.progress.history, orch.stages, final)
-        if failure:  # nothing usable came out: no final.json or assignments.csv; the rounds stay in metrics.csv
-            if leader:
-                with (folder / "run.log").open("a") as log_file:
-                    log_file.write(f"run failed: {failure}\n")
-            raise FedclustError(f"the run in {folder} produced no usable model: {failure}; its rounds are in "
-                                "metrics.csv and run.log, and no final.json or assignments.csv was written.")
-        if leader:
-            run_folder.write_assignments(folder / "assignments.csv", orch.predict(), fed_data)
-            run_folder.write_json(folder / "final.json", {"metrics": final, "rounds": orch.total_rounds,
-                                                           "world_size": fab.world_size})
-        finished = True
 
+
+def check_devices(fabric: FabricConfig) -> None:
+    """Asking for GPUs on a machine without them is one sentence, not Lightning's traceback."""
+    cuda_devices = torch.cuda.device_count() if fabric.accelerator in ("cuda", "gpu") else 0
+    check_cuda_request(fabric.accelerator, fabric.devices, cuda_devices)  # also in fedclust.precheck
+    check_device_count(fabric.devices)
+    check_launcher(fabric.devices, fabric.num_nodes)
+
+
+def read_resumed_checkpoint(runs_dir: str, run_dir: str | None, resume: str | None) -> dict | None:
+    """The checkpoint a resumed run continues from, None for a new run. Untrusted, so judged as soon as it is
+    read, before the folder is locked, any data is loaded or any model is built: a refused one leaves the
+    folder as it was."""
+    if rank_zero_before_launch():
+        check_run_location(runs_dir, run_dir, resume)  # also in fedclust.precheck; nothing is created before it
+    return load_checkpoint(Path(resume) / CHECKPOINT) if resume is not None else None
+
+
+# ---------------------------------------------------------------- 2. the run folder
+
+
+@contextlib.contextmanager
+def claimed_folder(runs_dir: str, run_dir: str | None, resume: str | None, prefix: str) -> Iterator[RunFolder]:
+    """The run's folder, claimed and locked by rank 0 for the run's life (the processes it launches, and ranks
+    torchrun started, find it through RUN_DIR_ENV or the arguments). A run that fails before it has written its
+    own files leaves nothing: a new folder is removed again, a resumed one gets its .lock back as it was."""
+    if not rank_zero_before_launch():
+        yield RunFolder(Path(os.environ.get(RUN_DIR_ENV) or resume or run_dir or ""), created=False)
+        return
+    claimed = run_folder.resume(resume) if resume is not None else run_folder.claim(runs_dir, prefix, run_dir)
+    os.environ[RUN_DIR_ENV] = str(claimed.path)  # the processes Fabric launches next write nothing, but know it
+    try:
+        yield claimed
     except BaseException:
-        if claimed is not None and not (folder / "config.yaml").exists():
+        if not (claimed.path / "config.yaml").exists():
             claimed.abandon()  # failed before writing anything (a bad config found late): leave nothing behind
+        elif not claimed.written:
+            claimed.restore_lock()  # a resumed run refused before its first write: the folder is as it was
         raise
     finally:
-        end_process_group(group_started_here, finished)
-        if claimed is not None:
-            claimed.release()
-        if previous_backend is not None:
-            set_kmeans_backend(previous_backend)
-    return final
+        claimed.release()
+
+
+@contextlib.contextmanager
+def kmeans_backend_chosen(kmeans_backend: str) -> Iterator[None]:
+    """This run's k-means backend; the env var FEDCLUST_KMEANS_BACKEND or an earlier choice holds unless the
+    run names one, and comes back after it."""
+    previous = set_kmeans_backend(kmeans_backend) if kmeans_backend != "auto" else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            set_kmeans_backend(previous)
+
+
+@dataclass
+class ProcessGroup:
+    """Whether this run started the process group (build_run knows, when Fabric launches) and finished."""
+
+    started_here: bool = False
+    finished: bool = False
+
+
+@contextlib.contextmanager
+def process_group() -> Iterator[ProcessGroup]:
+    pg = ProcessGroup()
+    try:
+        yield pg
+    finally:
+        end_process_group(pg.started_here, pg.finished)
+
+
+# ---------------------------------------------------------------- 3. build
+
+
+@dataclass
+class Run:
+    """What build_run assembles: Fabric, the clients' data, the orchestrator (holding the built method), where
+    it writes and what it prints."""
+
+    fabric: Fabric
+    data: FederatedData
+    orch: Orchestrator
+    folder: Path
+    leader: bool  # rank 0: the one process that prints and writes
+    console: Console
+    extra_logger: object | None  # W&B or TensorBoard, besides metrics.csv
+    data_name: str
+    arithmetic: tuple[str, str, str]  # precision, memory format, why
+    backend: str  # k-means backend in use
+    progress: bool
+    bar: ProgressCallback | None = None
+
+    def attach_callbacks(self, checkpoint_every: int, embedding_plot: bool, embedding_points: int,
+                         diagnose: bool) -> None:
+        """metrics.csv, the checkpoint, the progress lines and final table, and what was asked besides (rank 0)."""
+        if not self.leader:
+            return
+        self.bar = ProgressCallback(self.console, live=self.progress)
+        callbacks = [CSVMetrics(self.folder / "metrics.csv"), Checkpoint(self.folder / CHECKPOINT, checkpoint_every),
+                     self.bar]
+        if embedding_plot:
+            callbacks.append(EmbeddingPlot(self.folder, embedding_points, self.orch.seed))
+        if diagnose:
+            callbacks.append(Diagnostics(self.folder / "diagnostics.csv"))
+        if self.extra_logger:
+            callbacks.append(FabricLogging())
+        self.orch.callbacks = callbacks
+
+
+def build_run(folder: Path, pg: ProcessGroup, method: FederatedMethod, data: DataConfig, federation: FederationConfig,
+              fabric: FabricConfig, seed: int, logger: str, project: str, group: str | None, name: str | None,
+              config_text: str | None, progress: bool, resumed_state: dict | None) -> Run:
+    """Fabric (launched: DDP starts its processes here), the clients' data, the method built on it and the
+    orchestrator, from the checkpoint when resumed; writes nothing in the run folder but the W&B / TensorBoard
+    logger's own files."""
+    leader = rank_zero_before_launch()
+    hparams = yaml.safe_load(config_text) if config_text else {}  # nested: filterable by data.p, seed, ...
+    extra = build_logger(logger, folder, project, group, name, hparams) if leader else None
+    kind = device_type(fabric.accelerator)
+    precision, why = resolve_precision(fabric.precision, kind, method.bf16_by_default())
+    memory_format = resolve_memory_format(fabric.memory_format, precision, kind)
+    started = started_arithmetic(folder) if resumed_state is not None else None
+    if started and fabric.precision == "auto" and fabric.memory_format == "auto":
+        # a resumed run goes on in the arithmetic it started in, even on a machine where auto says otherwise
+        precision, memory_format, why = *started, "auto, as when the run started"
+    fab = Fabric(accelerator=fabric.accelerator, devices=fabric.devices, strategy=fabric.strategy,
+                 num_nodes=fabric.num_nodes, precision=precision, loggers=[extra] if extra else [])
+    pg.started_here = not has_process_group()
+    with quiet_start_up(leader):  # Lightning's start-up banners once, from rank 0
+        fab.launch()  # DDP: starts the other local processes (they re-run this command) and the process group
+    folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
+    fed_data = build_federated_data(data, fab.device, seed)
+    setup_method(method, fed_data, seed)
+    if memory_format == "channels_last":
+        use_channels_last(method)
+    leader = fab.is_global_zero
+    # soft_wrap: a line piped to a file stays one line (rich would cut it at 80 columns)
+    console = Console(quiet=not leader, soft_wrap=True)
+    orch = Orchestrator(fab, method, fed_data, federation, seed)
+    if resumed_state is not None:
+        orch.load_state_dict(resumed_state)
+    return Run(fab, fed_data, orch, folder, leader, console, extra, data.name, (precision, memory_format, why),
+               kmeans_backend_in_use(fab.device), progress)
+
+
+# ---------------------------------------------------------------- 4. the rounds
+
+
+def start_run(run: Run, config_text: str | None, resumed: bool) -> None:
+    """Say what runs (with --progress), and record its start: a new run's config.yaml and partition, and in
+    every run's run.log the k-means backend and the arithmetic; privacy.json when its summaries are noised."""
+    orch, fed_data, info = run.orch, run.data, run.data.info
+    counts = class_counts(fed_data.labels.cpu(), [p.cpu() for p in fed_data.parts], info.num_classes)
+    table = format_class_counts(counts, info.has_labels)
+    precision, memory_format, why = run.arithmetic
+    say = run.console.print if run.progress else _silent
+    say(f"[bold]{type(orch.method).__name__}[/] on {run.data_name}: {len(fed_data)} samples, "
+        f"{fed_data.num_clients} clients, {orch.total_rounds} rounds, k-means on {run.backend}, "
+        f"training in {precision} ({why}, {memory_format}), run folder {run.folder}")
+    say(table, markup=False, highlight=False)
+    if resumed:
+        say(f"resumed after round {orch.progress.done}")
+    if not run.leader:  # only rank 0 writes
+        return
+    if not resumed:  # atomically: a write that fails (disk full) leaves no half config.yaml behind
+        run_folder.write_output(run.folder / "config.yaml", config_text or "", "run_dir")
+        run_folder.write_output(run.folder / "partition.txt", table + "\n", "run_dir")
+        if info.has_labels:  # per client and class; data without labels have only partition.txt's sizes
+            run_folder.write_counts_csv(run.folder / "partition.csv", counts)
+    with (run.folder / "run.log").open("a") as log_file:
+        log_file.write(f"k-means backend: {run.backend}\n{arithmetic_line(precision, memory_format, why)}\n")
+    if orch.noise is not None:  # what the run's summaries spend, for the dashboard and the reader
+        run_folder.write_json(run.folder / "privacy.json", orch.noise.as_dict())
+        say(f"summaries with Gaussian noise: ({orch.noise.epsilon:.3g}, {orch.noise.delta:g})-DP "
+            f"over {orch.noise.releases} rounds, noise multiplier {orch.noise.noise_multiplier:.3g}")
+
+
+def _silent(*args, **kwargs) -> None:
+    return None
+
+
+def run_rounds(run: Run) -> dict[str, float]:
+    """Every round left (the orchestrator's loop), its warnings copied into run.log; the final scores."""
+    with run_log(run.folder / "run.log") if run.leader else contextlib.nullcontext():
+        try:
+            return run.orch.run()
+        finally:  # a run stopped by Ctrl-C or a failed write ends the live bar too: the terminal gets its cursor
+            if run.bar is not None:
+                run.bar.close()
+
+
+@contextlib.contextmanager
+def run_log(path: Path) -> Iterator[None]:
+    """Copy the run's warnings (rejected clients, ...) into its run.log, and only this run's."""
+    handler = logging.FileHandler(path)
+    logger = logging.getLogger("fedclust")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+# ---------------------------------------------------------------- 5. what the run leaves
+
+
+def write_results(run: Run, final: dict[str, float]) -> None:
+    """assignments.csv and final.json, and a sentence when the model uses fewer clusters than asked; a run with
+    no usable model writes neither and is one sentence (exit 2), its rounds kept in metrics.csv and run.log."""
+    orch, folder = run.orch, run.folder
+    failure = unusable_run(orch.progress.history, orch.stages, final)
+    if failure:
+        if run.leader:
+            with (folder / "run.log").open("a") as log_file:
+                log_file.write(f"run failed: {failure}\n")
+        raise FedclustError(f"the run in {folder} produced no usable model: {failure}; its rounds are in "
+                            "metrics.csv and run.log, and no final.json or assignments.csv was written.")
+    if not run.leader:
+        return
+    clusters = orch.predict()
+    run_folder.write_assignments(folder / "assignments.csv", clusters, run.data)
+    run_folder.write_json(folder / "final.json", {"metrics": final, "rounds": orch.total_rounds,
+                                                   "world_size": run.fabric.world_size})
+    note = fewer_clusters(orch.method, clusters)
+    if note:
+        with (folder / "run.log").open("a") as log_file:
+            log_file.write(f"note: {note}\n")
+        run.console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def fewer_clusters(method: FederatedMethod, clusters: torch.Tensor) -> str | None:
+    """A sentence when the final model puts the samples in fewer clusters than method.num_clusters asks (more than
+    the server's summaries or samples can give: the quick start asked for 500 forms 152), else None."""
+    asked = getattr(method, "num_clusters", None)
+    if not isinstance(asked, int):
+        return None
+    found = int(torch.unique(clusters[clusters >= 0]).numel())
+    if found == 0 or found >= asked:  # (no clustering at all: the run says that itself)
+        return None
+    return (f"method.num_clusters asked for {asked} clusters and the final model puts the {len(clusters)} samples in "
+            f"only {found} ({type(method).__name__} formed no more from what its server clusters: the clients' "
+            "samples or summaries).")
 
 
 def unusable_run(history: list[dict], stages: list, final: dict[str, float]) -> str | None:
@@ -280,27 +450,6 @@ def _ranges(numbers: list[int]) -> str:
         else:
             spans.append([n, n])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
-def check_devices(fabric: FabricConfig) -> None:
-    """Asking for GPUs on a machine without them is one sentence, not Lightning's traceback."""
-    cuda_devices = torch.cuda.device_count() if fabric.accelerator in ("cuda", "gpu") else 0
-    check_cuda_request(fabric.accelerator, fabric.devices, cuda_devices)  # also in fedclust.precheck
-    check_device_count(fabric.devices)
-    check_launcher(fabric.devices, fabric.num_nodes)
-
-
-@contextlib.contextmanager
-def run_log(path: Path) -> Iterator[None]:
-    """Copy the run's warnings (rejected clients, ...) into its run.log, and only this run's."""
-    handler = logging.FileHandler(path)
-    logger = logging.getLogger("fedclust")
-    logger.addHandler(handler)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        handler.close()
 
 
 def fit_parser() -> ArgumentParser:

@@ -40,8 +40,14 @@ class RunFolder:
     def __init__(self, path: Path, created: bool, created_parents: tuple[Path, ...] = ()):
         self.path, self.created, self.created_parents = path, created, created_parents  # parents: innermost first
         self._fd: int | None = None
+        self._lock_before: bytes | None = None  # the .lock's bytes before this process locked it (None: no file)
+        self.written = False  # the run has begun writing its files (set by fedclust.run.fit)
 
     def lock(self, field: str = "run_dir") -> RunFolder:
+        try:
+            self._lock_before = (self.path / LOCK).read_bytes()
+        except OSError:
+            self._lock_before = None
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -59,6 +65,18 @@ class RunFolder:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock; the file stays as a harmless marker
             self._fd = None
+
+    def restore_lock(self) -> None:
+        """A run refused after locking a folder it did not create (a resumed run whose data or model could not be
+        built): the .lock gets back its earlier bytes (or goes, if there was none), so the folder is as it was."""
+        if self._fd is None:
+            return
+        if self._lock_before is None:
+            (self.path / LOCK).unlink(missing_ok=True)
+        else:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, self._lock_before, 0)
+        self.release()
 
     def abandon(self) -> None:
         """The run failed before writing anything: remove the folder if this process made it."""

@@ -274,7 +274,8 @@ def test_each_round_line_gives_the_whole_runs_remaining_time(monkeypatch):
 
 def test_ctrl_c_names_this_runs_folder_in_the_resume_hint_and_ends_the_bar(tmp_path, capsys, monkeypatch):
     run = tmp_path / "quick"
-    argv = [*QUICK, "--federation.rounds", "3", "--federation.checkpoint_every", "1", "--run_dir", str(run)]
+    argv = [*QUICK, "--federation.rounds", "3", "--federation.checkpoint_every", "1", "--run_dir", str(run),
+            "--progress", "true"]  # the live bar, which must end
     real_round = Orchestrator.run_round
 
     def stop_after_2(self, ctx):
