@@ -24,7 +24,8 @@ from .experiment import FINAL, Experiment, paper_cell
 from .runner import state
 
 MARK = "<!-- written by `python -m benchmarks report`; edit the experiment's YAML, not this file -->"
-DIGITS = {"seconds_per_round": 1, "peak_memory_mb": 0, "rounds": 0}
+DIGITS = {"seconds_per_round": 1, "peak_memory_mb": 0, "rounds": 0, "server_seconds": 2, "client_seconds": 3,
+          "summaries": 0}
 
 
 def _number(text: object) -> float | None:
@@ -58,8 +59,19 @@ def measure(folder: Path) -> dict[str, object]:
     rounds = _number(rows[-1].get("round")) if rows else None
     out.update(rounds=int(rounds) if rounds is not None else None, seconds=sum(seconds) if seconds else None,
                seconds_per_round=statistics.median(seconds) if seconds else None,
-               peak_memory_mb=max(memory) if memory else None)
+               peak_memory_mb=max(memory) if memory else None, **_steps(rows))
     return out
+
+
+def _steps(rows: list[dict]) -> dict[str, float | None]:
+    """The median round's server step and one client's step (the clients' seconds over their number), and the
+    summaries sent in the last round."""
+    server = [v for v in (_number(r.get("server_seconds")) for r in rows) if v is not None]
+    client = [t / c for t, c in ((_number(r.get("train_seconds")), _number(r.get("clients"))) for r in rows)
+              if t is not None and c]
+    summaries = _number(rows[-1].get("summaries")) if rows else None
+    return dict(server_seconds=statistics.median(server) if server else None,
+                client_seconds=statistics.median(client) if client else None, summaries=summaries)
 
 
 def per_round(folder: Path, metric: str) -> dict[int, float]:

@@ -18,7 +18,8 @@ from fedclust.run_folder import write_output
 from .base import Callback
 
 COLUMNS = ["round", "stage", "stage_round", "loss", *LABEL_METRICS, "clients", "failed",
-           "rejected", "seconds", "train_seconds", "server_seconds", "eval_seconds", "peak_memory_mb"]
+           "rejected", "summaries", "seconds", "train_seconds", "server_seconds", "eval_seconds", "peak_memory_mb"]
+# summaries: the summary rows the clients sent this round (every declared summary key's rows, federation/client.py)
 # seconds = train_seconds (the clients' local work) + server_seconds (gathering, the server step) + eval_seconds
 LABEL_FREE_COLUMNS = [c for c in COLUMNS if c not in LABEL_METRICS]
 LABEL_FREE_COLUMNS[4:4] = LABEL_FREE_METRICS  # in the scores' place, after loss

@@ -174,7 +174,7 @@ class Orchestrator:
         finite = [v for v in losses if not math.isnan(v)]
         return {"stage": ctx.stage_index, "stage_round": ctx.round, "round": self.progress.done + 1,
                 "loss": sum(finite) / len(finite) if finite else math.nan, "clients": len(updates),
-                "failed": len(failed), "rejected": len(rejected), "seconds": time.perf_counter() - start,
+                "failed": len(failed), "rejected": len(rejected), "summaries": summary_rows(method, updates), "seconds": time.perf_counter() - start,
                 "train_seconds": trained_at - start, "server_seconds": time.perf_counter() - trained_at,
                 "eval_seconds": 0.0,
                 "peak_memory_mb": peak}
@@ -284,6 +284,12 @@ class Orchestrator:
     def _call(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook, lambda *a: None)(*args)
+
+
+def summary_rows(method: FederatedMethod, updates: list[ClientUpdate]) -> int:
+    """How many summaries (centroids, group means; counted once per count vector) crossed to the server in a round."""
+    counts = set(method.summary_keys.values())
+    return sum(len(u.payload[key]) for u in updates for key in counts if key in u.payload)
 
 
 def summary_noise(method: FederatedMethod, federation: FederationConfig, rounds: int) -> SummaryNoise | None:
