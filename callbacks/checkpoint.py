@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from fedclust.errors import ConfigError, FedclustError
-from fedclust.run_checks import check_checkpoint_file
+from fedclust.run_checks import check_checkpoint_file, code_refusal
 
 from .base import Callback
 
@@ -69,17 +69,16 @@ def _reason(error: BaseException) -> str:
 
 def load_checkpoint(path: Path) -> dict:
     """A checkpoint is untrusted input: it is read with torch's safe loader (tensors, numbers, strings and
-    containers only), so a crafted pickle is refused instead of run; a damaged file is one sentence. A file
-    that is not a whole archive is refused first, by the rule the command line's first pass applies too."""
+    containers only), so a crafted pickle is refused instead of run; a damaged file is one sentence. A file that
+    is not a whole checkpoint, or asks to load code, is refused first, torch-free, by the rule the command line's
+    first pass applies too (run_checks.check_checkpoint_file); an intact old-style (pre-1.6) file loads."""
     path = Path(path)
     check_checkpoint_file(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         found = re.search(r"GLOBAL ([\w.]+)", str(error))  # torch names the first class it would have to import
-        what = found.group(1) if found else "other objects"
-        raise ConfigError("checkpoint", str(path), "a checkpoint holding only tensors, numbers, strings and "
-                          f"containers; this file asks to load {what} and is refused") from None
+        raise code_refusal(path, found.group(1) if found else "other objects") from None
     except Exception as error:  # noqa: BLE001 - arbitrary bytes make torch.load fail in many ways; all mean damaged
         first = str(error).strip().split(". ")[0].splitlines()[0][:160] if str(error).strip() else "damaged"
         raise ConfigError("checkpoint", str(path), "a complete checkpoint written by fedclust; torch cannot read "

@@ -9,7 +9,8 @@
     fedclust configs                                                   (the packaged configs)
 
 Only the subcommand that runs builds its parser (fedclust/commands.py), which imports torch and Lightning;
-`fedclust --help`, `--version`, `configs` answer without them, and so does bad input: fedclust/precheck/
+`fedclust --help`, `--version`, `configs` and `fedclust COMMAND --help` (stored in cli_schema.json while it is
+fresh) answer without them, and so does bad input: fedclust/precheck/
 checks the arguments and YAML configs against fedclust/cli_schema.json first (the real parser still parses
 every command that passes).
 Every user error is one line on stderr and exit code 2.
@@ -95,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         argv = expand_config_args(_resume_argv(argv))
         from fedclust import precheck
 
+        text = precheck.stored_help(command, argv[1:])  # `fedclust fit --help` without building the parser
+        if text is not None:
+            _emit(text.removesuffix("\n"))
+            return 0
         precheck.check(command, argv[1:])  # bad input refused here, before torch (see fedclust/precheck/)
         from fedclust import commands
 

@@ -9,13 +9,17 @@ arrays are saved as data.npz inside the run folder and its config.yaml points th
 re-loadable like any other (`fedclust evaluate --run DIR`, `fedclust fit --resume DIR`) and the arrays never
 enter the config. Without `clients`, the rows are spread over `n_clients` simulated IID clients.
 
-It follows scikit-learn's naming (fit, fit_predict, predict, labels_, cluster_centers_, n_features_in_) without
-deriving from its BaseEstimator, which forbids the `**method_args` that pass a method's own init arguments.
+It is a scikit-learn estimator without deriving from its BaseEstimator (which forbids the `**method_args` that
+pass a method's own init arguments): its names (fit, fit_predict, predict, labels_, cluster_centers_,
+n_features_in_), get_params / set_params (a method's own arguments among them), so `sklearn.base.clone`, grid
+searches and pipelines take it; scikit-learn itself stays optional.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import shutil
 import tempfile
 from pathlib import Path
@@ -42,7 +46,7 @@ class FederatedClustering:
         fabric: FabricConfig fields, e.g. {"accelerator": "cpu"}.
         random_state: The run's seed (every random draw is seeded by it).
         runs_dir: Where the run folder is created (its path is `result_.run_dir`).
-        verbose: Print the per-round lines and the progress bar.
+        verbose: Print the per-round lines, the progress bar and the final metrics table (False: print nothing).
         **method_args: The method's own init arguments (e.g. k_local=5 for kfed).
 
     Attributes (after fit):
@@ -60,6 +64,47 @@ class FederatedClustering:
         self.method, self.n_clusters, self.n_clients, self.normalize = method, n_clusters, n_clients, normalize
         self.federation, self.fabric, self.random_state = federation, fabric, random_state
         self.runs_dir, self.verbose, self.method_args = runs_dir, verbose, method_args
+
+    # scikit-learn's estimator protocol: the constructor's arguments, a method's own ones included
+    _OWN = ("method", "n_clusters", "n_clients", "normalize", "federation", "fabric", "random_state", "runs_dir",
+            "verbose")
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's arguments by name (the method's own ones too), as scikit-learn's clone reads them."""
+        return {**{name: getattr(self, name) for name in self._OWN}, **self.method_args}
+
+    def set_params(self, **params: Any) -> FederatedClustering:
+        """Set constructor arguments by name (a method's own init arguments too); an unknown name is one sentence."""
+        known = _method_args(self.method) if "method" not in params else _method_args(params["method"])
+        for name in params:
+            if name not in self._OWN and known is not None and name not in known:
+                from fedclust.config_files import nearest
+
+                raise ConfigError(name, params[name], "an argument of FederatedClustering or of the method "
+                                  f"(closest: {nearest(name, [*self._OWN, *known])})")
+        for name, value in params.items():
+            if name in self._OWN:
+                setattr(self, name, value)
+            else:
+                self.method_args = {**self.method_args, name: value}
+        return self
+
+    _estimator_type = "clusterer"  # scikit-learn before 1.6 reads this; later ones __sklearn_tags__
+
+    def __sklearn_tags__(self):
+        """What scikit-learn (1.6+) asks of an estimator: a clusterer of 2-d numbers, y optional, no NaN."""
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type="clusterer", target_tags=TargetTags(required=False),
+                    input_tags=InputTags(allow_nan=False), non_deterministic=False)
+
+    def __repr__(self) -> str:
+        import inspect
+
+        defaults = {name: p.default for name, p in inspect.signature(type(self)).parameters.items()}
+        given = {name: value for name, value in self.get_params().items()
+                 if name not in self._OWN or value != defaults[name]}
+        return f"FederatedClustering({', '.join(f'{k}={v!r}' for k, v in given.items())})"
 
     def fit(self, X, y=None, clients=None) -> FederatedClustering:
         """Run the federated method on the rows of X.
@@ -95,7 +140,8 @@ class FederatedClustering:
             np.savez(staged, x=x, **ids)
             call.init["data"] = dataclasses.replace(data, root=str(staged))
             try:
-                self.result_ = api.run(call, folder)
+                with contextlib.nullcontext() if self.verbose else contextlib.redirect_stdout(io.StringIO()):
+                    self.result_ = api.run(call, folder)
             finally:
                 if (folder / "config.yaml").exists():
                     shutil.move(staged, folder / DATA_FILE)
@@ -143,9 +189,33 @@ def _method_name(name: str) -> str:
     return by_lower[name.lower()]
 
 
+def _method_args(method) -> list[str] | None:
+    """The init arguments of a method by its registry name, as cli_schema.json lists them (torch-free); None when
+    that cannot be told (the run then judges them)."""
+    from fedclust import cli_schema
+
+    try:
+        name = _method_name(method)
+    except ConfigError:
+        return None
+    entry = ((cli_schema.load() or {}).get("method", {}).get("classes", {})).get(name) or {}
+    params = entry.get("params")
+    return None if params is None else [p for p in params if p not in ("num_clusters",)]
+
+
 def _features(X) -> np.ndarray:
     """X as a float32 (n_samples, n_features) array, or one sentence saying what is wrong with it."""
-    x = np.asarray(X)
+    try:
+        x = np.asarray(X)
+    except ValueError:  # numpy's words for rows of different lengths ("inhomogeneous shape")
+        lengths = sorted({len(row) for row in X if hasattr(row, "__len__")})
+        shown = ", ".join(map(str, lengths[:5])) + (", ..." if len(lengths) > 5 else "")
+        raise ConfigError("X", f"rows of {len(lengths)} different lengths ({shown})", "an (n_samples, n_features) "
+                          "array, every row as long as the first: pad or drop the short rows") from None
+    if x.dtype == object and x.ndim == 1 and len(x) and all(hasattr(row, "__len__") for row in x):
+        lengths = sorted({len(row) for row in x})
+        raise ConfigError("X", f"rows of {len(lengths)} different lengths", "an (n_samples, n_features) array, "
+                          "every row as long as the first: pad or drop the short rows")
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         hint = " (X.reshape(-1, 1) for a single feature)" if x.ndim == 1 else ""
         raise ConfigError("X", x.shape, f"an (n_samples, n_features) array with at least one row and column{hint}")

@@ -11,7 +11,9 @@ that is known.
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
+import pickletools
 import shutil
 import sys
 import zipfile
@@ -142,19 +144,108 @@ def check_can_create(folder: Path, field: str) -> None:
 
 
 def check_checkpoint_file(path: Path) -> None:
-    """A checkpoint is read with torch.load (callbacks/checkpoint.py), which writes one zip archive;
-    a file that is not a complete one (cut short by a full disk or an interrupted copy) is refused here,
-    torch-free, before any work."""
+    """A checkpoint is read with torch.load (callbacks/checkpoint.py) and is untrusted, so it is judged before,
+    torch-free: a file that is not a whole checkpoint torch writes (a zip archive, or the old-style pickle torch
+    wrote before 1.6), cut short by a full disk or an interrupted copy, is refused; so is one that asks to load
+    code, where torch's safe loader (weights_only) certainly would refuse it, with the sentence the loader's
+    refusal gets (the loader still judges every file this lets through)."""
     path = Path(path)
     try:
-        with zipfile.ZipFile(path) as archive:
-            complete = any(name.endswith("/data.pkl") or name == "data.pkl" for name in archive.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError):
-        complete = False
-    if not complete:
+        pickled = _zip_pickle(path) if zipfile.is_zipfile(path) else _old_style_pickle(path)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        pickled = None
+    if pickled is None:
         raise ConfigError("checkpoint", str(path), "a complete checkpoint written by fedclust; this file is "
-                          "truncated or damaged (not a whole zip archive); resume from an intact copy or start "
-                          "a new run")
+                          "truncated or damaged (neither a whole zip archive nor an intact old-style torch pickle); "
+                          "resume from an intact copy or start a new run")
+    code = code_asked_for(pickled)
+    if code is not None:
+        raise code_refusal(path, code)
+
+
+def code_refusal(path: Path, what: str) -> ConfigError:
+    """The refusal of a checkpoint that asks to load `what` (a class or function), from here or from torch's loader."""
+    return ConfigError("checkpoint", str(path), "a checkpoint holding only tensors, numbers, strings and containers; "
+                      f"this file asks to load {what} and is refused")
+
+
+def _zip_pickle(path: Path) -> bytes | None:
+    """The object pickle of a checkpoint in torch's zip layout (ARCHIVE/data.pkl), None when there is none."""
+    with zipfile.ZipFile(path) as archive:
+        name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+        return None if name is None else archive.read(name)
+
+
+_OLD_STYLE_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER, the first pickle of an old-style file
+
+
+def _old_style_pickle(path: Path) -> bytes | None:
+    """The object pickle of an old-style checkpoint (before torch 1.6: the magic number, the protocol version and
+    the system info pickled one after the other, then the object, then the storages' keys and bytes); None for a
+    file that is not one or is cut short before its storages. Read op by op, never unpickled."""
+    with path.open("rb") as file:
+        spans = []
+        for _ in range(5):
+            start = file.tell()
+            ops = _whole_pickle(file)
+            if ops is None:
+                return None
+            if not spans and [(op, arg) for op, arg in ops if op != "PROTO"] != [("LONG1", _OLD_STYLE_MAGIC),
+                                                                                  ("STOP", None)]:
+                return None  # not torch's magic number: not an old-style checkpoint
+            spans.append((start, file.tell()))
+        start, end = spans[3]
+        file.seek(start)
+        return file.read(end - start)
+
+
+def _whole_pickle(file) -> list[tuple[str, object]] | None:
+    """The (opcode, argument) pairs of the pickle at the file's position, read up to its STOP; None when the
+    bytes there are not a whole pickle."""
+    ops = []
+    try:
+        for opcode, arg, _ in pickletools.genops(file):
+            ops.append((opcode.name, arg))
+            if opcode.name == "STOP":
+                return ops
+            if len(ops) == 1 and opcode.name != "PROTO":
+                return None  # torch's pickles all open with their protocol
+    except (ValueError, EOFError):  # pickletools' words for bytes that are not (or no longer) a pickle
+        return None
+    return None
+
+
+# the opcodes torch's safe loader reads (torch/_weights_only_unpickler.py); another stops it, with its own words
+_SAFE_LOADER_OPCODES = {
+    "GLOBAL", "NEWOBJ", "REDUCE", "BUILD", "APPEND", "APPENDS", "SETITEM", "SETITEMS", "MARK", "TUPLE", "TUPLE1",
+    "TUPLE2", "TUPLE3", "NONE", "NEWFALSE", "NEWTRUE", "EMPTY_TUPLE", "EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET",
+    "BININT", "BININT1", "BININT2", "BINFLOAT", "BINUNICODE", "SHORT_BINSTRING", "BINPERSID", "BINGET",
+    "LONG_BINGET", "BINPUT", "LONG_BINPUT", "LONG1", "PROTO", "STOP"}
+# what it loads outside torch's own names (its _get_allowed_globals)
+_SAFE_OUTSIDE_TORCH = {"collections.OrderedDict", "collections.Counter", "_codecs.encode", "builtins.bytearray",
+                       "builtins.set", "builtins.complex"}
+_PYTHON2_MODULES = {"__builtin__", "copy_reg", "exceptions", "UserDict", "UserList", "cPickle"}  # renamed by torch
+
+
+def code_asked_for(pickled: bytes) -> str | None:
+    """The first class or function this pickle asks to import that torch's safe loader certainly refuses
+    (anything outside torch's own names and the few containers it allows), or None: none, or the loader stops
+    earlier for another reason, which it then says itself."""
+    try:
+        for opcode, arg, _ in pickletools.genops(io.BytesIO(pickled)):
+            if opcode.name not in _SAFE_LOADER_OPCODES:
+                return None
+            if opcode.name != "GLOBAL":
+                continue
+            module, _, name = str(arg).partition(" ")
+            if module in _PYTHON2_MODULES:
+                return None
+            full = f"{module}.{name}"
+            if not (full in _SAFE_OUTSIDE_TORCH or module == "torch" or module.startswith("torch.")):
+                return full
+    except (ValueError, EOFError):
+        return None
+    return None
 
 
 def check_diagnose(method: str, embeds: bool) -> None:

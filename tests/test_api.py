@@ -245,7 +245,7 @@ def test_federated_clustering_on_arrays_with_named_clients(tmp_path):
 
 
 def test_federated_clustering_without_clients_simulates_iid_clients_and_without_labels_scores_label_free(tmp_path):
-    X, _ = blobs(n_per=20)
+    X, _ = blobs(n_per=40)  # 30 rows a client: the summaries' privacy floor (federation.min_summary_size 20) holds
     model = fedclust.FederatedClustering("kfed", n_clusters=3, n_clients=4, random_state=2, runs_dir=str(tmp_path))
     model.fit(X)
     assert sorted(set(model.result_.assignments["client"].tolist())) == [0, 1, 2, 3]

@@ -65,29 +65,42 @@ def fresh(schema: dict) -> bool:
     return fingerprint(schema.get("sources", [])) == schema.get("fingerprint")
 
 
-def fingerprint(sources: list[str]) -> str | None:
-    """A hash of the signature skeleton of each source (paths relative to the package); None if one is missing."""
+def help_text(schema: dict | None, command: str) -> str | None:
+    """`fedclust COMMAND --help` as the real parser printed it when the schema was written (at HELP_COLUMNS), or
+    None when the schema holds none or its sources' signatures or docstrings (the help's words) changed since."""
+    text = (schema or {}).get("help", {}).get(command)
+    if not isinstance(text, str) or fingerprint(schema.get("sources", []), docstrings=True) != schema.get(
+            "help_fingerprint"):
+        return None
+    return text
+
+
+HELP_COLUMNS = 100  # the width the stored help is written at
+
+
+def fingerprint(sources: list[str], docstrings: bool = False) -> str | None:
+    """A hash of the signature skeleton of each source (paths relative to the package), with its docstrings
+    when asked; None if one is missing."""
     digest = hashlib.sha256()
     for rel in sorted(sources):
         try:
             text = (PACKAGE_DIR / rel).read_text(encoding="utf-8")
-            digest.update(f"{rel}\n{skeleton(text)}\n".encode())
+            digest.update(f"{rel}\n{skeleton(text, docstrings)}\n".encode())
         except (OSError, SyntaxError, ValueError):
             return None
     return digest.hexdigest()
 
 
-def skeleton(source: str) -> str:
+def skeleton(source: str, docstrings: bool = False) -> str:
     """The parts of a module that can change what a parser accepts: imports, module and class level
     statements, class definitions and function signatures; `__init__` keeps its body (jsonargparse follows
     `super().__init__(**kwargs)` there), and so does `local_clusters` (the schema records what it returns).
-    Docstrings and other function bodies are dropped."""
+    Other function bodies are dropped, and so are docstrings unless asked for (the help's words are in them)."""
 
     class Strip(ast.NodeTransformer):
         def _body(self, node):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if not docstrings and body and _is_docstring(body[0]):
                 body = body[1:]
             return body
 
@@ -102,14 +115,22 @@ def skeleton(source: str) -> str:
             return node
 
         def visit_FunctionDef(self, node):
-            kept = node.name in ("__init__", "local_clusters")
-            node.body = (self._body(node) or [ast.Pass()]) if kept else [ast.Pass()]
+            if node.name in ("__init__", "local_clusters"):
+                node.body = self._body(node) or [ast.Pass()]
+            else:  # its docstring alone, when docstrings are kept
+                docstring = node.body[:1] if node.body and _is_docstring(node.body[0]) else []
+                node.body = (docstring if docstrings else []) or [ast.Pass()]
             self.generic_visit(node)
             return node
 
         visit_AsyncFunctionDef = visit_FunctionDef
 
     return ast.dump(Strip().visit(ast.parse(source)), include_attributes=False)
+
+
+def _is_docstring(statement) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(getattr(statement, "value", None), ast.Constant) \
+        and isinstance(statement.value.value, str)
 
 
 def typehint(spec):

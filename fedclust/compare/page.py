@@ -14,7 +14,7 @@ import plotly.io as pio
 from jsonargparse import ArgumentParser
 
 from fedclust.compare import diagnostics, figures
-from fedclust.compare.runs import METRICS, RunRecord, load_runs
+from fedclust.compare.runs import METRICS, RunRecord, differing_settings, load_runs
 from fedclust.errors import ConfigError
 from fedclust.parsers import command_parser
 from fedclust.run_folder import write_output
@@ -95,17 +95,47 @@ def _page(title: str, body: str) -> str:
             f"<body>{body}</body></html>")
 
 
+# settings the table's own columns show (method, data, partition, p / alpha, failures, seed)
+SHOWN = ("method", "method.class_path", "data.name", "data.partition", "data.p", "data.alpha",
+         "federation.disconnect_rate", "seed")
+
+
 def final_table(records: list[RunRecord]) -> str:
-    head = ["run", "method", "data", "partition", "p / alpha", "failures", "seed", "rounds",
-            *(m.upper() for m in METRICS), "s / round"]
+    """One row per run: what it ran, the settings that differ between these runs (one column each), its privacy
+    budget (epsilon, where a run noised its summaries: privacy.json), rounds and final scores."""
+    private = any(r.privacy for r in records)
+    settings = differing_settings(records, (*SHOWN, *(("federation.dp_epsilon",) if private else ())))
+    head = ["run", "method", "data", "partition", "p / alpha", "failures", "seed", *settings,
+            *(["epsilon"] if private else []), "rounds", *(m.upper() for m in METRICS), "s / round"]
     rows = []
     for r in records:
         het = f"{r.heterogeneity[0]} = {r.heterogeneity[1]:g}" if r.heterogeneity else ""
+        epsilon = [_budget(r.privacy)] if private else []
         cells = [r.name, r.method, r.data, r.partition, het, f"{r.disconnect_rate:g}", str(r.seed),
+                 *(_value(r.settings[key]) if key in r.settings else "" for key in settings), *epsilon,
                  str(len(r.history)) + ("" if r.finished else ", unfinished"),
                  *(f"{r.final[m]:.4f}" if m in r.final else "" for m in METRICS),
                  "" if math.isnan(r.seconds_per_round) else f"{r.seconds_per_round:.1f}"]
         rows.append("<tr>" + "".join(f'<td class="{"l" if i < 4 else ""}">{html.escape(c)}</td>'
                                      for i, c in enumerate(cells)) + "</tr>")
-    header = "<tr>" + "".join(f'<th class="{"l" if i < 4 else ""}">{h}</th>' for i, h in enumerate(head)) + "</tr>"
+    header = "<tr>" + "".join(f'<th class="{"l" if i < 4 else ""}">{html.escape(h)}</th>'
+                              for i, h in enumerate(head)) + "</tr>"
     return f"<table>{header}{''.join(rows)}</table>"
+
+
+def _value(value) -> str:
+    """A setting as a cell: YAML's words for null and booleans, numbers as written, lists in brackets."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _budget(privacy: dict[str, float] | None) -> str:
+    """A run's (epsilon, delta) as a cell: epsilon; blank for a run without noise."""
+    if not privacy:
+        return ""
+    return f"{privacy['epsilon']:.3g}"

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,8 @@ class RunRecord:
     counts: list[list[int]] = field(default_factory=list)  # partition.csv: client x class
     diagnostics: RunDiagnostics = field(default_factory=RunDiagnostics)  # diagnostics.csv, diagnostics_*.json
     notes: list[str] = field(default_factory=list)  # one line per other file that could not be read whole
+    settings: dict[str, object] = field(default_factory=dict)  # config.yaml's settings, dotted (data.p: 0.5)
+    privacy: dict[str, float] | None = None  # privacy.json (federation.dp_epsilon set): epsilon, delta, ...
 
     @property
     def heterogeneity(self) -> tuple[str, float] | None:
@@ -101,12 +104,13 @@ def load_run_record(folder: Path) -> RunRecord:
         scored = [r for r in history if not math.isnan(r.get("nmi", math.nan))]
         final = {k: scored[-1][k] for k in METRICS if k in scored[-1]} if scored else {}
     counts = read(folder / "partition.csv", notes, "a table of samples per client and class", _counts) or []
+    privacy = read(folder / "privacy.json", notes, "a run's privacy budget", _privacy)
     diagnostics = read_diagnostics(folder)
     if settings is None and not (history or final or counts or diagnostics.rounds or diagnostics.finals):
         raise Unreadable("; ".join(notes + diagnostics.notes) or "config.yaml could not be read")
     return RunRecord(name=folder.name, folder=folder, history=history, final=final, counts=counts,
                      finished=(folder / "final.json").exists(), diagnostics=diagnostics, notes=notes,
-                     **(settings or {}))
+                     privacy=privacy, **(settings or {}))
 
 
 def _settings(text: str) -> dict:
@@ -122,7 +126,49 @@ def _settings(text: str) -> dict:
                                    _mapping(method, "init_args")),
             "data": str(data.get("name", "?")), "partition": str(data.get("partition", "?")),
             "p": _setting(data, "p"), "alpha": _setting(data, "alpha"),
-            "disconnect_rate": _setting(federation, "disconnect_rate") or 0.0, "seed": seed}
+            "disconnect_rate": _setting(federation, "disconnect_rate") or 0.0, "seed": seed,
+            "settings": _flat(cfg)}
+
+
+def _flat(tree, prefix: str = "") -> dict[str, object]:
+    """{"method": {"init_args": {"lam": 1}}} -> {"method.lam": 1}: every setting by its dotted name (a method's
+    init_args without that word); lists and other values are leaves."""
+    if not isinstance(tree, dict):
+        return {prefix: tree} if prefix else {}
+    flat: dict[str, object] = {}
+    for key, value in tree.items():
+        name = prefix if key == "init_args" and prefix == "method" else f"{prefix}.{key}" if prefix else str(key)
+        flat.update(_flat(value, name))
+    return flat
+
+
+def differing_settings(records: list[RunRecord], shown: Collection[str] = ()) -> list[str]:
+    """The settings whose values differ between the runs that have them (a key only some runs' methods take is
+    compared among those), less the ones in `shown` and those that say only where or how a run was written or
+    watched (its folder, name, logger, progress): the columns that tell otherwise alike runs apart."""
+    keys = dict.fromkeys(key for r in records for key in r.settings)
+    differ = []
+    for key in keys:
+        if key in shown or key.split(".", 1)[0] in _WHERE_AND_HOW or key.startswith("__"):
+            continue
+        values = [json.dumps(r.settings[key], sort_keys=True, default=str) for r in records if key in r.settings]
+        if len(set(values)) > 1:
+            differ.append(key)
+    return differ
+
+
+# fit's settings that change nothing a run computes, only where it is written and how it is watched
+_WHERE_AND_HOW = {"run_dir", "runs_dir", "resume", "name", "project", "group", "logger", "progress", "config"}
+
+
+def _privacy(text: str) -> dict[str, float]:
+    """privacy.json: the (epsilon, delta) budget the run's noised summaries spend, and how it was accounted."""
+    record = json.loads(text)
+    epsilon = number(record.get("epsilon")) if isinstance(record, dict) else math.nan
+    if math.isnan(epsilon):
+        raise ValueError("it needs a number under \"epsilon\"")
+    return {key: number(value) for key, value in record.items()
+            if key in ("epsilon", "delta", "noise_multiplier", "releases", "clip")}
 
 
 def _mapping(cfg: dict, key: str) -> dict:

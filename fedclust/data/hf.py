@@ -59,7 +59,9 @@ def hf(root: str | None, data_split: str, path: str | None = None, hf_split: str
         raise ConfigError("data.options.feature_columns", feature_columns, "unset when data.options.image_column "
                           "is set (a sample is an image or a vector of features, not both)")
     where = _where(root, path)
-    table, marks = _parts(datasets, _load(datasets, where, hf_split, config_name), data_split, hf_split, where)
+    field = "data.options.path" if path is not None else "data.root"  # the setting the user named it with
+    table, marks = _parts(datasets, _load(datasets, where, hf_split, config_name, field), data_split, hf_split,
+                          where)
     columns = list(table.column_names)
     for option, name in (("label_column", label_column), ("client_column", client_column),
                          ("image_column", image_column)):
@@ -98,17 +100,18 @@ def _where(root: str | None, path: str | None) -> str:
                           "set once")
     where = path if path is not None else root
     if not where:
-        raise ConfigError("data.options.path", where, "a Hugging Face hub name (user/name) or a local folder (or "
-                          "set data.root)")
+        raise ConfigError("data.root", where, "a Hugging Face hub name (user/name) or a local folder (or set "
+                          "data.options.path)")
     return str(where)
 
 
-def _load(datasets, where: str, split: str | None, config_name: str | None):
-    """A Dataset or DatasetDict: a saved folder through load_from_disk, anything else through load_dataset."""
+def _load(datasets, where: str, split: str | None, config_name: str | None, field: str = "data.options.path"):
+    """A Dataset or DatasetDict: a saved folder through load_from_disk, anything else through load_dataset.
+    `field`: the setting that named `where` (data.options.path, or data.root), which the messages name."""
     local = Path(where).expanduser()
     saved = (local / "state.json").is_file() or (local / "dataset_dict.json").is_file()
     if not local.exists() and where.startswith(("/", ".", "~")):
-        raise DataNotFoundError(f"{local} not found; data.options.path must be a Hugging Face hub name (user/name) "
+        raise DataNotFoundError(f"{local} not found; {field} must be a Hugging Face hub name (user/name) "
                                 "or an existing folder.")
     try:
         if saved:
@@ -122,7 +125,7 @@ def _load(datasets, where: str, split: str | None, config_name: str | None):
     except Exception as error:  # noqa: BLE001  (the library raises many kinds: network, missing, bad files)
         message = str(error).strip().splitlines()[0] if str(error).strip() else "no message"
         raise DataFileError(f"the Hugging Face data set {where!r} could not be loaded ({type(error).__name__}: "
-                            f"{message}); check data.options.path (offline, only a local folder or a cached hub data "
+                            f"{message}); check {field} (offline, only a local folder or a cached hub data "
                             "set loads)") from None
 
 

@@ -52,6 +52,14 @@ def check(command: str, args: list[str]) -> None:
     judge(command, args)
 
 
+def stored_help(command: str, args: list[str]) -> str | None:
+    """`fedclust COMMAND --help` (the flag alone) as the real parser prints it, from the schema, torch-free; None
+    when the schema cannot say it for certain (then the real parser prints it)."""
+    if args not in (["-h"], ["--help"]):
+        return None
+    return cli_schema.help_text(cli_schema.load(), command)
+
+
 def judge(command: str, args: list[str], schema: dict | None = None) -> str:
     """"passed" (checked, nothing wrong found) or "aside" (left to the real parser); bad input raises
     FedclustError. `args` are the subcommand's arguments after `--config NAME` was resolved to a path."""

@@ -60,7 +60,19 @@ def evaluate(schema: Schema, args: list[str]) -> None:
     seen, values, _ = simple(schema, "evaluate", args)
     ranges.evaluate(schema.command("evaluate")["options"], values)  # evaluate() checks these before the folder
     run = Path(path_value(seen["--run"][-1]))  # evaluate() reads Path(run): its messages show the path so
-    facts.evaluate(run, values, schema.raw.get("datasets"))
+    facts.evaluate(run, values, schema.raw.get("datasets"), lambda folder: saved_fit_config(schema, folder))
+
+
+def saved_fit_config(schema: Schema, folder: Path) -> None:
+    """A run folder's config.yaml as load_run reads it with fit's parser: one it cannot read is refused with
+    load_run's sentence around the reason (names and types only: the run made its range checks)."""
+    try:
+        Fit(schema, ranges=False).run(["--config", str(folder / "config.yaml")])
+    except StepAside:
+        return
+    except FedclustError as error:
+        raise ConfigError("run", str(folder), "a run folder whose config.yaml `fedclust fit` can read "
+                          f"({str(error).rstrip('.')})") from None
 
 
 def compare(schema: Schema, args: list[str]) -> None:

@@ -3,7 +3,8 @@ record of a method, made before torch is imported: a GPU asked for where there i
 logger not installed, `--diagnose true` for a method that learns no embedding, a run folder that cannot be made
 or a --resume folder without its checkpoint (or with a truncated one), an unknown data set or data option, a
 known data set's missing or truncated files, and a partition or a number of clusters its sizes cannot give
-(fedclust/data/catalog.py knows the sizes; other data sets are skipped).
+(fedclust/data/catalog.py knows the sizes; other data sets are skipped); a user's feature file holding NaN
+(features_file.py).
 
 Each rule is the function the run calls (run_checks.py, data/checks.py, data/catalog.py,
 federation/hparams.py), on the values the run would get, so a refusal here reads exactly as the run's.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedclust.config_files import check_config_file
 from fedclust.data import catalog
 from fedclust.data.checks import (
     check_data_name,
@@ -23,8 +25,10 @@ from fedclust.data.checks import (
     simulated_num_clients,
 )
 from fedclust.federation.hparams import check_cluster_counts
+from fedclust.precheck.features_file import check_features_file
 from fedclust.precheck.values import UNKNOWN
 from fedclust.registry import METHODS
+from fedclust.resume import NOT_KNOWN, RESUME_KEPT, flatten, refuse_change
 from fedclust.run_checks import (
     CHECKPOINT,
     check_checkpoint_file,
@@ -70,15 +74,49 @@ def run_location(runs_dir, run_dir, resume) -> None:
         check_checkpoint_file(Path(resume) / CHECKPOINT)
 
 
-def evaluate(run: Path, values: dict, data_sets: dict | None) -> None:
-    """evaluate()'s checks after its settings, in its order: --data_name's name, the run folder, its checkpoint,
-    the run's own data (load_run), --diagnose for the saved method, then another split or data set
-    (load_dataset)."""
+def resume(get, options: dict, method: dict, init_values: dict) -> None:
+    """fit()'s refusal of a resumed run that would compute something else (another method, data, partition, seed
+    or schedule), by fedclust/resume.py's rule on what the command line says: each setting as given, else its
+    default; a value or default not known here is left to the run."""
+    folder = get("resume")
+    if not isinstance(folder, str) or not (Path(folder) / "config.yaml").is_file():
+        return
+    saved = _saved_config(Path(folder))
+    path = method.get("path")
+    if saved is None or not isinstance(path, str):
+        return
+    new, defaults = {"method.class_path": path}, {}
+    for option, spec in options.items():
+        name = option[2:]
+        if spec.get("kind") == "value" and name.split(".", 1)[0] in RESUME_KEPT:
+            value = get(name)
+            new[name] = NOT_KNOWN if value is UNKNOWN else value
+            if "default" in spec:
+                defaults[name] = spec["default"]
+    class_defaults = method.get("defaults") or {}
+    for param in method.get("params") or {}:
+        value = init_values.get(param, class_defaults.get(param, UNKNOWN))
+        new[f"method.init_args.{param}"] = NOT_KNOWN if value is UNKNOWN else value
+        if param in class_defaults:
+            defaults[f"method.init_args.{param}"] = class_defaults[param]
+    flat = {}
+    for key, value in new.items():  # a mapping's keys are settings too (data.options.size), as in config.yaml
+        flat.update(flatten(value, key) if isinstance(value, dict) else {key: value})
+    refuse_change(saved, flat, defaults, complete=False)
+
+
+def evaluate(run: Path, values: dict, data_sets: dict | None, judge_config=None) -> None:
+    """evaluate()'s checks after its settings, in its order: --data_name's name, the run folder, its config.yaml as
+    a file, its checkpoint, its config.yaml as fit's parser reads it (`judge_config`, load_run's read_config), the
+    run's own data (load_run), --diagnose for the saved method, then another split or data set (load_dataset)."""
     data_name, data_root, split = (values.get(k) for k in ("data_name", "data_root", "split"))
     if data_sets is not None and isinstance(data_name, str):
         check_data_name(data_name, data_sets)
     check_saved_run(run)
+    check_config_file(run / "config.yaml", "run")
     check_checkpoint_file(run / CHECKPOINT)
+    if judge_config is not None:
+        judge_config(run)
     config = _saved_config(run)
     saved = _saved_data(config)
     if saved is not None:
@@ -126,6 +164,8 @@ def data(get, data_sets: dict | None, method: dict | None, init_values: dict) ->
         return
     check_data_name(name, data_sets)
     check_data_options(name, options, data_sets[name])
+    if name == "features" and UNKNOWN not in (get("data.root"), get("data.split")):  # the loader's NaN refusal
+        check_features_file(get("data.root"), get("data.split"), options)
     settings = [get(f"data.{key}") for key in ("root", "split", "partition", "num_clients", "p",
                                                  "min_partition_size", "num_classes_per_partition",
                                                  "class_assignment_mode")]

@@ -55,6 +55,7 @@ def fit(options: dict, values: dict, init_args: dict, method: dict, data_sets: d
     facts.logger(get("logger"))
     _call(check_embedding_points, get)
     facts.diagnose(get("diagnose"), method.get("path"))
+    facts.resume(get, options, method, init_args)
     facts.run_location(get("runs_dir"), get("run_dir"), get("resume"))
     _call(check_data_settings, get, "data.")
     facts.data(get, data_sets, method, init_args)

@@ -13,15 +13,19 @@ from fedclust.compare.runs import load_runs
 from fedclust.probes.diagnose import DIAGNOSTIC_KEYS
 
 
-def fake_run(root, name, method="KFED", p=0.0, seed=1, rate=0.0, nmi=0.5, rounds=3, alpha=None, diagnose=False):
-    """A run folder as `fedclust fit` writes it (with diagnostics.csv: `--diagnose true`), without running
-    anything."""
+def fake_run(root, name, method="KFED", p=0.0, seed=1, rate=0.0, nmi=0.5, rounds=3, alpha=None, diagnose=False,
+             init_args=None, privacy=None):
+    """A run folder as `fedclust fit` writes it (with diagnostics.csv: `--diagnose true`; privacy.json: with
+    federation.dp_epsilon), without running anything."""
     folder = root / name
     folder.mkdir(parents=True)
-    config = {"method": {"class_path": method, "init_args": {}}, "seed": seed,
+    config = {"method": {"class_path": method, "init_args": init_args or {}}, "seed": seed,
               "data": {"name": "fmnist", "partition": "pshift" if alpha is None else "dirichlet", "p": p,
                        "alpha": alpha, "num_clients": 3},
-              "federation": {"disconnect_rate": rate}}
+              "federation": {"disconnect_rate": rate, "dp_epsilon": None if privacy is None else privacy["epsilon"]},
+              "run_dir": str(folder), "name": name, "progress": True}
+    if privacy is not None:
+        (folder / "privacy.json").write_text(json.dumps(privacy))
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     rows = ["round,stage,stage_round,loss,nmi,acc,ari,kappa,purity,clients,failed,rejected,seconds,peak_memory_mb"]
     for r in range(1, rounds + 1):
@@ -65,6 +69,46 @@ def test_page_is_self_contained_with_every_section(runs, tmp_path):
     assert "k-FED on fmnist, paper (CCFC Table 1)" in page  # reference line from the published table
     assert "Final NMI vs device-failure rate" in page and "samples per client and class" in page
     assert page.count("<tr>") == 1 + 9
+
+
+def _table(page: str) -> list[list[str]]:
+    """The final-metrics table's rows (header first) as cell texts."""
+    table = page.split("<h2>Final metrics</h2>", 1)[1].split("</table>", 1)[0]
+    return [[html.unescape(re.sub("<[^>]+>", "", cell)) for cell in re.findall(r"<t[hd][^>]*>.*?</t[hd]>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", table)]
+
+
+def test_the_table_shows_the_settings_that_differ_one_column_each(tmp_path):
+    """Five runs that differ only in a summary size (and their folders, names, progress) are told apart by one
+    column; a setting only one method takes is compared among the runs that take it."""
+    root = tmp_path / "runs"
+    folders = [fake_run(root, f"spectral_{size}", method="FedSpectral",
+                        init_args={"summary_size": size, "neighbors": 5, "crop_scale": [0.8, 1.0]})
+               for size in (5, 10, 20, 40, 80)]
+    folders.append(fake_run(root, "kfed", init_args={"k_local": 4}))
+    out = tmp_path / "page.html"
+    assert main(["compare", *map(str, folders), "--output", str(out)]) == 0
+    rows = _table(out.read_text())
+    header = rows[0]
+    assert header[header.index("seed") + 1:header.index("rounds")] == ["method.summary_size"]
+    column = header.index("method.summary_size")
+    assert {row[0]: row[column] for row in rows[1:]} == {"kfed": "", **{f"spectral_{s}": str(s)
+                                                                         for s in (5, 10, 20, 40, 80)}}
+    assert "epsilon" not in header  # no run noised its summaries
+
+
+def test_the_table_shows_a_runs_privacy_budget(tmp_path):
+    root = tmp_path / "runs"
+    budget = {"epsilon": 2.5, "delta": 1e-5, "noise_multiplier": 1.7, "releases": 20, "clip": 1.0,
+              "accountant": "dp_accounting RDP (Gaussian mechanism, self-composed)"}
+    folders = [fake_run(root, "noised", privacy=budget), fake_run(root, "plain")]
+    out = tmp_path / "page.html"
+    assert main(["compare", *map(str, folders), "--output", str(out)]) == 0
+    rows = _table(out.read_text())
+    header = rows[0]
+    assert "epsilon" in header and "federation.dp_epsilon" not in header  # the budget, not the setting twice
+    assert {row[0]: row[header.index("epsilon")] for row in rows[1:]} == {"noised": "2.5", "plain": ""}
+    assert load_runs([str(folders[0])])[0].privacy["delta"] == 1e-5
 
 
 def test_not_a_run_folder_is_one_sentence(tmp_path, capsys):

@@ -109,8 +109,10 @@ def test_hf_refusals_are_one_sentence(tmp_path, hf_datasets, monkeypatch):
         with pytest.raises(error, match=match) as raised:
             load_dataset("hf", root=root, **options)
         assert "\n" not in str(raised.value)
-    with pytest.raises(DataNotFoundError, match="not found"):
+    with pytest.raises(DataNotFoundError, match="missing not found; data.root must be"):  # the setting given
         load_dataset("hf", root=str(tmp_path / "missing"))
+    with pytest.raises(DataNotFoundError, match="missing not found; data.options.path must be"):
+        load_dataset("hf", path=str(tmp_path / "missing"))
 
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'someone/tiny' on the Hub (LocalEntryNotFoundError)")
@@ -118,7 +120,9 @@ def test_hf_refusals_are_one_sentence(tmp_path, hf_datasets, monkeypatch):
     monkeypatch.setattr(hf_datasets, "load_dataset", offline)
     with pytest.raises(DataFileError, match="'someone/tiny' could not be loaded \\(ConnectionError") as raised:
         load_dataset("hf", root="someone/tiny")
-    assert "\n" not in str(raised.value)
+    assert "\n" not in str(raised.value) and "check data.root (" in str(raised.value)
+    with pytest.raises(DataFileError, match="check data.options.path \\("):
+        load_dataset("hf", path="someone/tiny")
 
 
 def test_without_the_datasets_library_the_error_names_the_extra(monkeypatch):
