@@ -174,10 +174,9 @@ class Orchestrator:
         finite = [v for v in losses if not math.isnan(v)]
         return {"stage": ctx.stage_index, "stage_round": ctx.round, "round": self.progress.done + 1,
                 "loss": sum(finite) / len(finite) if finite else math.nan, "clients": len(updates),
-                "failed": len(failed), "rejected": len(rejected), "summaries": summary_rows(method, updates), "seconds": time.perf_counter() - start,
-                "train_seconds": trained_at - start, "server_seconds": time.perf_counter() - trained_at,
-                "eval_seconds": 0.0,
-                "peak_memory_mb": peak}
+                "failed": len(failed), "rejected": len(rejected), "summaries": summary_rows(method, updates),
+                "seconds": time.perf_counter() - start, "train_seconds": trained_at - start,
+                "server_seconds": time.perf_counter() - trained_at, "eval_seconds": 0.0, "peak_memory_mb": peak}
 
     def _share_global_state(self) -> None:
         """Rank 0's new global state (weights and server state) on every rank."""
