@@ -1,36 +1,31 @@
 """UIFCA: federated unsupervised clustering with generative models (Chung, Lee & Ramchandran, "Federated
-Unsupervised Clustering with Generative Models", AAAI 2022 workshop), Algorithms 2-4.
+Unsupervised Clustering with Generative Models", AAAI 2022 workshop), Algorithms 2-4, with label-free restarts.
 
-K cluster models, each a normalizing flow. Cluster round t (T of them) = tau communication rounds with the
-cluster sets S^(t) fixed: in each, every client takes M local steps (Algorithm 4) on every model k with a
-random batch of N of its samples assigned to k, and the server averages model k over the clients weighted by
-|S_{i,k}| (Algorithm 3, through the contract's `aggregation_weights`). At the start of the next cluster round
-each client re-assigns its samples to the model of the highest likelihood (Algorithm 2). Communicated: the K
-flows' weights only; the assignments never leave a client.
+K normalizing flows. Cluster round t (T of them) = tau communication rounds with the cluster sets fixed: each client
+takes M local steps on every model k with N of its samples assigned to k (Algorithm 4), and the server averages model
+k weighted by |S_{i,k}| (Algorithm 3, through `aggregation_weights`); the next cluster round starts with each client
+re-assigning every sample to its most likely model (Algorithm 2). Sent: the flows' weights and, with restarts, one
+log-likelihood total per start; the assignments never leave a client.
 
-Choices the paper leaves open (ours):
-- Rounds: one stage of T * tau rounds; cluster round t = round // tau (`federation.rounds` rescales T).
-- Models are not re-initialised between cluster rounds (Algorithm 3 line 3 says "initialize randomly", the
-  text says the clients train "the received model parameters"); `reinit_models: true` re-draws them. Measured
-  on Table 1 (benchmarks/results/uifca_table1.md): re-drawn models need the paper's 10,000 steps a cluster round to
-  fit; at 200 they are still half-trained when the samples are re-assigned and no cell reaches 100 %.
-- Initialisation: one random model plus N(0, init_noise^2) noise per parameter and copy (the paper's
-  synthetic set-up). The initial assignment S^0 (an input of Algorithm 2) is by likelihood under these
-  initial models (`init: models`, our reading: the paper perturbs the copies so that no model "gets most
-  datapoints assigned", which only matters if S^0 comes from the models; it splits the space into
-  coherent regions), uniform at random (`init: random`, the text's "initial random cluster assignment";
-  measured to stall in local optima on the Gaussian set), or k-FED's (`init: kfed`: one k-FED round
-  first, a point takes the global cluster of its local centre).
-- The synthetic flow is the affine map x = W z + b the paper writes (it calls it "planar", see
-  fedclust.nn.flows.AffineFlow); `flow: affine_triangular` uses its Cholesky-style parametrisation.
-  Images use RealNVP with checkerboard or cyclic masks (the paper adopts cyclic); uint8 images are
-  dequantised with uniform noise during training. Optimizer: SGD (the paper's MNIST lr is 1e-4; it gives
-  none for the synthetic sets).
+Choices the paper leaves open (ours; what decided each: docs/findings/uifca.md):
+- One stage of T * tau rounds; the models are warm-started across cluster rounds (`reinit_models` re-draws them).
+- Initial models: one random flow plus N(0, init_noise^2) noise per copy (the paper's synthetic set-up). The first
+  assignment: `random` is the paper's "initial random cluster assignment" (each sample's cluster uniform over the K,
+  independently); `models` takes each sample's most likely perturbed copy; `kfed` is k-FED + UIFCA (one k-FED round).
+- `restarts` R: R independent starts (own models, own first assignment) trained side by side, K * R flows. At each
+  re-assignment a client sends per start the sum over its samples of the best model's log-likelihood (UIFCA's
+  objective, negated), counted as its sample count (the privacy floor); the server keeps the start with the highest
+  total and predicts with it. After `restart_rounds` cluster rounds that start alone trains on; without it all train
+  to the end and one last round, training nothing, scores the final models. No label is read.
+- Affine flows (x = W z + b, the paper's "planar" map; `affine_triangular` = lower-triangular W, the same densities)
+  train stacked, on each batch's moments with the analytic gradient; a step's batch is the next N samples of a
+  per-round shuffle of S_{i,k}. Images: RealNVP with cyclic (paper) or checkerboard masks, dequantised.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -42,10 +37,69 @@ from fedclust.clustering.kfed import central_kfed, local_kfed
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
 from fedclust.data.transforms import dequantize
 from fedclust.errors import ConfigError
-from fedclust.nn.flows import AffineFlow, PlanarFlow, RealNVP, stack_log_prob
+from fedclust.nn.flows import LOG_2PI, AffineFlow, PlanarFlow, RealNVP, stack_log_prob
 from fedclust.seeding import SERVER, generator, int_seed
 
 FLOWS = ("affine", "affine_triangular", "planar", "realnvp")
+SCORE_LIMIT = 1e30  # totals clamped to +-this: a diverged start must not make its client's update non-finite
+
+
+def _affine_parts(params: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """W (J, d, d), its inverse A and log|det W| (J,) of J stacked affine flows (fedclust.nn.flows.AffineFlow)."""
+    if "log_diag" in params:  # triangular: W = strictly-lower part + diag(exp(log_diag))
+        w = params["lower"].tril(-1) + torch.diag_embed(params["log_diag"].exp())
+        eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device).expand_as(w)
+        return w, torch.linalg.solve_triangular(w, eye, upper=False), params["log_diag"].sum(1)
+    w = params["weight"]
+    return w, torch.linalg.inv(w), torch.linalg.slogdet(w).logabsdet
+
+
+def affine_log_probs(params: dict[str, Tensor], x: Tensor) -> Tensor:
+    """log p_j(x_b) of every stacked affine flow j and sample b of x (B, d): shape (J, B)."""
+    _, a, log_det = _affine_parts(params)
+    z = torch.matmul(x[None] - params["bias"][:, None], a.transpose(1, 2))
+    return -0.5 * (z.pow(2).sum(2) + x.shape[1] * LOG_2PI) - log_det[:, None]
+
+
+class _AffineBatchNLL(torch.autograd.Function):
+    """Sum over J affine flows of the weighted NLL of each flow's batch, from the batch's moments about the flow's
+    bias b, with the analytic gradient (a Gaussian's NLL depends on a batch only through them; 3x faster than
+    autograd through a batched triangular solve). Flow j's moments: s = sum w, m = sum w (x - b),
+    C = sum w (x - b)(x - b)^T, with w its batch weights; the loss is 0.5 tr(A C A^T) + s log|det W| + s d log(2 pi)
+    / 2, A = W^-1."""
+
+    @staticmethod
+    def forward(ctx: Any, s: Tensor, m: Tensor, c: Tensor, names: tuple[str, ...], *tensors: Tensor) -> Tensor:
+        params = dict(zip(names, tensors))
+        _, a, log_det = _affine_parts(params)
+        inner = a @ c @ a.transpose(1, 2)  # sum w z z^T
+        ctx.save_for_backward(s, m, a, inner, *tensors)
+        ctx.names = names
+        constant = 0.5 * c.shape[-1] * LOG_2PI * s.sum()  # the NLL in nats, as AffineFlow.nll gives it
+        return 0.5 * torch.diagonal(inner, dim1=1, dim2=2).sum() + (s * log_det).sum() + constant
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        s, m, a, inner, *tensors = ctx.saved_tensors
+        params = dict(zip(ctx.names, tensors))
+        at = a.transpose(1, 2)
+        grad_w = -(at @ inner)  # d/dW of 0.5 tr(A C A^T)
+        grads = {"bias": -(at @ (a @ m[..., None])).squeeze(-1)}  # d/db: C = sum w (x - b)(x - b)^T moves with b
+        if "log_diag" in params:
+            grads["lower"] = grad_w.tril(-1)
+            grads["log_diag"] = torch.diagonal(grad_w, dim1=1, dim2=2) * params["log_diag"].exp() + s[:, None]
+        else:
+            grads["weight"] = grad_w + s[:, None, None] * at  # d log|det W| / dW = W^-T
+        return (None, None, None, None, *(grad * grads[name] for name in ctx.names))
+
+
+class _Adam(torch.optim.Adam):
+    """torch's Adam without its CUDA-graph capture check while no parameter is on a GPU: without CUDA that check asks
+    NVML again at every step (2.0 ms a step on this 2-core CPU against 0.44 ms for the update itself)."""
+
+    def _accelerator_graph_capture_health_check(self) -> None:
+        if any(p.is_cuda for group in self.param_groups for p in group["params"]):
+            super()._accelerator_graph_capture_health_check()
 
 
 class UIFCA(FederatedMethod):
@@ -67,14 +121,19 @@ class UIFCA(FederatedMethod):
         batch_size: N, samples per model and step.
         optimizer: "sgd" or "adam".
         lr: Learning rate.
-        init: Initial assignment: "models" (by likelihood under the initial, slightly perturbed copies),
-            "random" (uniform labels), or "kfed" (k-FED + UIFCA).
-        init_noise: Std of the noise added to each copy of the first random model.
+        init: First assignment: "random" (the paper's: each sample's cluster uniform over the K), "models" (by
+            likelihood under the initial, slightly perturbed copies), or "kfed" (k-FED + UIFCA).
+        init_noise: Std of the noise added to each copy of a start's first random model.
         reinit_models: Re-draw the models at the start of every cluster round.
         kfed_k_local: Local clusters of the k-FED initialisation (None: K).
+        restarts: R independent starts trained side by side; predict uses the one whose models give the data the
+            highest total log-likelihood (summed over the clients).
+        restart_rounds: Cluster rounds the R starts train side by side; after them the start with the highest
+            total continues alone. None: all T, the start chosen on the final models.
     """
 
-    summary_keys = {"centres": "centre_counts"}  # k-FED start: local centres and their clusters' sizes
+    # the k-FED start's local centres and their clusters' sizes; with restarts, each start's log-likelihood total
+    summary_keys = {"centres": "centre_counts", "log_likelihood": "log_likelihood_counts"}
 
     def __init__(self, num_clusters: int | None = None,
                  flow: Literal["affine", "affine_triangular", "planar", "realnvp"] = "affine",
@@ -84,10 +143,14 @@ class UIFCA(FederatedMethod):
                  optimizer: Literal["sgd", "adam"] = "sgd", lr: float = 0.01,
                  init: Literal["models", "random", "kfed"] = "models", init_noise: float = 0.01,
                  reinit_models: bool = False,
-                 kfed_k_local: int | None = None):
+                 kfed_k_local: int | None = None, restarts: int = 1, restart_rounds: int | None = None):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
-        self.client_maps: dict[int, Tensor] = {}  # k-FED initialisation: local centre -> global cluster
+        self.client_maps: list[dict[int, Tensor]] = []  # k-FED start, per start: local centre -> global cluster
+        self.best_restart = 0
+        self.restart_log_likelihood: Tensor | None = None  # the last totals the clients sent, one per start
+        self.start_fixed = False  # after restart_rounds: the kept start alone trains on
+        self._stacked: dict[str, Tensor] = {}  # affine flows: each parameter of all flows as one tensor
 
     # --- set-up -------------------------------------------------------------------------------------
     def validate(self, info: DataInfo, num_clients: int) -> None:
@@ -101,17 +164,17 @@ class UIFCA(FederatedMethod):
             raise ConfigError("data", f"{info.input_size}x{info.input_size} images", "an even image side")
         if hp.init_noise < 0:
             raise ConfigError("method.init_noise", hp.init_noise, "a number >= 0")
-        for name in ("cluster_rounds", "communication_rounds", "local_steps", "batch_size"):
+        for name in ("cluster_rounds", "communication_rounds", "local_steps", "batch_size", "restarts"):
             if hp[name] < 1:
                 raise ConfigError(f"method.{name}", hp[name], "a positive integer")
+        if hp.restart_rounds is not None and hp.restart_rounds < 1:
+            raise ConfigError("method.restart_rounds", hp.restart_rounds, "a positive integer, or null for all T")
 
     def build(self, info: DataInfo) -> None:
         super().build(info)
-        self._is_image = info.is_image
-        first = self._make_flow(info)
-        self.flows = nn.ModuleList([first] + [copy.deepcopy(first) for _ in range(self.num_clusters - 1)])
-        self._perturb(torch.default_generator)
-        self._info = info
+        self._is_image, self._info = info.is_image, info
+        self._affine = self.hparams.flow in ("affine", "affine_triangular")
+        self.flows = nn.ModuleList([flow for _ in range(self.hparams.restarts) for flow in self._perturbed_copies()])
 
     def _make_flow(self, info: DataInfo) -> nn.Module:
         hp = self.hparams
@@ -122,22 +185,60 @@ class UIFCA(FederatedMethod):
             return PlanarFlow(info.num_features)
         return AffineFlow(info.num_features, triangular=hp.flow == "affine_triangular")
 
+    def _perturbed_copies(self) -> list[nn.Module]:
+        """One start's K models: one random model, each copy plus small noise, so no model starts with a much lower
+        loss (the paper's synthetic set-up). Drawn from torch's global RNG, which the run seeds once."""
+        first = self._make_flow(self._info)
+        copies = [first] + [copy.deepcopy(first) for _ in range(self.num_clusters - 1)]
+        self._perturb(copies)
+        return copies
+
     @torch.no_grad()
-    def _perturb(self, g: torch.Generator) -> None:
-        """Each copy = the first random model + small noise, so no model starts with a much lower loss."""
-        for flow in self.flows:
+    def _perturb(self, flows: list[nn.Module]) -> None:
+        for flow in flows:
             for p in flow.parameters():
-                p.add_(self.hparams.init_noise * torch.randn(p.shape, generator=g, device=g.device).to(p))
+                p.add_(self.hparams.init_noise * torch.randn(p.shape).to(p))
+
+    def _start(self, r: int) -> slice:
+        """Start r's K flows in self.flows."""
+        return slice(r * self.num_clusters, (r + 1) * self.num_clusters)
 
     def stages(self) -> list[Stage]:
         hp = self.hparams
-        train = Stage("uifca", hp.cluster_rounds * hp.communication_rounds, local_epochs=1)
-        return [Stage("kfed-init", 1, local_epochs=0), train] if hp.init == "kfed" else [train]
+        stages = [Stage("kfed-init", 1, local_epochs=0)] if hp.init == "kfed" else []
+        stages.append(Stage("uifca", hp.cluster_rounds * hp.communication_rounds, local_epochs=1))
+        if hp.restarts > 1 and not self._prunes():  # the clients score the final models: the start is chosen on them
+            stages.append(Stage("select", 1, local_epochs=0))
+        return stages
+
+    def _prunes(self) -> bool:
+        """Whether the best start continues alone after restart_rounds cluster rounds (else all train to the end)."""
+        rounds = self.hparams.restart_rounds
+        return self.hparams.restarts > 1 and rounds is not None and rounds < self.hparams.cluster_rounds
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        make = torch.optim.SGD if hp.optimizer == "sgd" else torch.optim.Adam
-        return make(self.flows.parameters(), lr=hp.lr, foreach=True)
+        make = torch.optim.SGD if hp.optimizer == "sgd" else _Adam
+        params = list(self._stack_affine_flows().values()) if self._affine else self.flows.parameters()
+        return make(params, lr=hp.lr, foreach=True)
+
+    def _stack_affine_flows(self) -> dict[str, Tensor]:
+        """Each affine parameter of all flows as one tensor, which the optimizer steps, the flows' own parameters
+        becoming views of its rows: the state dict (what FedAvg weighs per flow) is unchanged, and one optimizer
+        step costs 3 tensors instead of 3 * K * R (10x faster on a CPU at 32 flows)."""
+        if self._stacked and self._flows_view_stack():
+            return self._stacked
+        names = [name for name, _ in self.flows[0].named_parameters()]
+        self._stacked = {name: torch.stack([getattr(f, name).detach() for f in self.flows]).requires_grad_()
+                         for name in names}
+        for j, flow in enumerate(self.flows):
+            for name in names:
+                setattr(flow, name, nn.Parameter(self._stacked[name].data[j]))
+        return self._stacked
+
+    def _flows_view_stack(self) -> bool:
+        return all(getattr(flow, name).data_ptr() == tensor.data[j].data_ptr()
+                   for name, tensor in self._stacked.items() for j, flow in enumerate(self.flows))
 
     # --- server ---------------------------------------------------------------------------------------
     def on_round_start(self, ctx: RoundContext) -> None:
@@ -145,95 +246,183 @@ class UIFCA(FederatedMethod):
         if self.hparams.reinit_models and ctx.stage.name == "uifca" and ctx.round % tau == 0 and ctx.round:
             with torch.random.fork_rng(devices=[]):  # a seeded draw that leaves the global RNG alone
                 torch.manual_seed(int_seed(ctx.seed, "reinit", ctx.stage_index, ctx.round))
-                fresh = self._make_flow(self._info).to(self.device)
-                for flow in self.flows:
-                    flow.load_state_dict(fresh.state_dict())
-                self._perturb(torch.default_generator)
+                for r in range(self.hparams.restarts):
+                    fresh = self._make_flow(self._info).to(self.device)
+                    flows = list(self.flows[self._start(r)])
+                    for flow in flows:
+                        flow.load_state_dict(fresh.state_dict())
+                    self._perturb(flows)
 
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
+        if not self.start_fixed:
+            self._keep_best_start(updates)
+            cluster_round = ctx.round // self.hparams.communication_rounds
+            self.start_fixed = self._prunes() and ctx.stage.name == "uifca" and (
+                cluster_round >= self.hparams.restart_rounds)  # those totals scored the models after restart_rounds
         if ctx.stage.name == "kfed-init":
-            g = generator(ctx.seed, "central-kfed", ctx.stage_index, ctx.round, SERVER)
-            updates = [u for u in updates if len(u.payload["centres"])]  # a client below the floor sent none
-            _, maps = central_kfed([u.payload["centres"] for u in updates], self.num_clusters, g)
-            self.client_maps = {u.client_id: m.cpu() for u, m in zip(updates, maps)}
-            return
-        super().aggregate(averaged, updates, ctx)  # FedAvg of model k weighted by |S_{i,k}|
+            self._central_kfed(updates, ctx)
+        elif ctx.stage.name == "uifca":
+            super().aggregate(averaged, updates, ctx)  # FedAvg of model k weighted by |S_{i,k}|
+
+    def _keep_best_start(self, updates: list[ClientUpdate]) -> None:
+        """The start whose models give the clients' data the highest total log-likelihood (no label is read)."""
+        totals = [u.payload["log_likelihood"].double().cpu() for u in updates if "log_likelihood" in u.payload]
+        if totals:
+            self.restart_log_likelihood = torch.stack(totals).sum(0)
+            self.best_restart = int(torch.nan_to_num(self.restart_log_likelihood, nan=-math.inf).argmax())
+
+    def _central_kfed(self, updates: list[ClientUpdate], ctx: RoundContext) -> None:
+        """k-FED's server step once per start, on the rows of that start's block in each client's centres."""
+        width = self._kfed_width()
+        self.client_maps = []
+        for r in range(self.hparams.restarts):
+            rows = slice(r * width, (r + 1) * width)
+            blocks = [(u.client_id, u.payload["centres"][rows], u.payload["centre_counts"][rows]) for u in updates]
+            blocks = [(cid, c[n > 0]) for cid, c, n in blocks if bool((n > 0).any())]  # below the floor: none
+            keys = ("central-kfed", ctx.stage_index, ctx.round, SERVER) + ((r,) if r else ())
+            _, maps = central_kfed([c for _, c in blocks], self.num_clusters, generator(ctx.seed, *keys))
+            self.client_maps.append({cid: m.cpu() for (cid, _), m in zip(blocks, maps)})
 
     def server_state(self) -> dict[str, Any]:
-        return {"client_maps": self.client_maps}
+        return {"client_maps": self.client_maps, "best_restart": self.best_restart,
+                "restart_log_likelihood": self.restart_log_likelihood, "start_fixed": self.start_fixed}
 
     def load_server_state(self, state: dict[str, Any]) -> None:
-        self.client_maps = dict(state["client_maps"])
+        self.client_maps = [dict(maps) for maps in state["client_maps"]]
+        self.best_restart = int(state.get("best_restart", 0))
+        self.restart_log_likelihood = state.get("restart_log_likelihood")
+        self.start_fixed = bool(state.get("start_fixed", False))
 
     # --- client ---------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:
         self._x = ctx.data.all_x()
         self._noise_gen = ctx.generator("dequantize")
+        self._scores = None  # this visit's log-likelihood totals, one per start, when it computes them
+        if self._affine and self._stacked and not self._flows_view_stack():
+            raise RuntimeError("UIFCA's flows no longer share memory with the tensors its optimizer steps (was the "
+                               "method moved or copied after configure_optimizers?): build it again")
         if ctx.stage.name == "kfed-init":
+            return
+        if ctx.stage.name == "select":
+            self._scores, _ = self._score_and_assign(self._x)
             return
         t = ctx.round // self.hparams.communication_rounds
         if ctx.state.get("cluster_round") != t:  # a new cluster round: re-assign (Algorithm 2, line 8)
-            ctx.state["assignment"] = self._initial_assignment(ctx) if t == 0 else self._assign_all(self._x)
+            self._scores, by_models = self._score_and_assign(self._x)
+            ctx.state["assignment"] = self._initial_assignment(ctx, by_models) if t == 0 else by_models
             ctx.state["cluster_round"] = t
-        assignment = ctx.state["assignment"]
-        self._members = [torch.nonzero(assignment == k).flatten() for k in range(self.num_clusters)]
+        self._members = self._membership(ctx.state["assignment"])
+        if self.start_fixed:  # the server broadcast which start continues: the others' flows train no more
+            self._members[:self._start(self.best_restart).start] = False
+            self._members[self._start(self.best_restart).stop:] = False
+        self._active = self._members.any(1).nonzero().flatten()  # the flows this client trains
 
-    def _initial_assignment(self, ctx: ClientContext) -> Tensor:
-        if self.hparams.init == "kfed":
-            local, mapping = ctx.state["local_labels"], self.client_maps.get(ctx.client_id)
-            if mapping is None or bool((local < 0).any()):  # it sent no centres (the floor): its models' choice
-                return self._assign_all(self._x)
-            return mapping[local]
-        if self.hparams.init == "models":
-            return self._assign_all(self._x)
-        return torch.randint(self.num_clusters, (len(self._x),), generator=ctx.generator("init-assignment", "cpu"))
+    def _initial_assignment(self, ctx: ClientContext, by_models: Tensor) -> Tensor:
+        """Each start's S^0 (R, n): the models' choice, uniform labels, or its k-FED clusters."""
+        hp = self.hparams
+        if hp.init == "random":
+            return torch.randint(self.num_clusters, by_models.shape, generator=ctx.generator("init-assignment", "cpu"))
+        if hp.init == "kfed":
+            first = by_models.clone()
+            for r, local in enumerate(ctx.state["local_labels"]):
+                mapping = self.client_maps[r].get(ctx.client_id) if r < len(self.client_maps) else None
+                if mapping is not None and not bool((local < 0).any()):  # else it sent no centres: the models' choice
+                    first[r] = mapping[local]
+            return first
+        return by_models
 
     @torch.no_grad()
-    def _assign_all(self, x: Tensor) -> Tensor:
+    def _score_and_assign(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Per start, the sum over x of its best model's log-likelihood (R,) and each sample's best model (R, n)."""
         self.eval()
-        return torch.cat([self.assign(chunk) for chunk in x.split(1024)]).cpu()
+        best, choice = [], []
+        for chunk in x.split(1024):
+            values, index = self._log_probs(chunk).unflatten(0, (self.hparams.restarts, -1)).max(1)
+            best.append(values.double().sum(1))
+            choice.append(index.cpu())
+        totals = torch.stack(best).sum(0).nan_to_num(nan=-SCORE_LIMIT).clamp(-SCORE_LIMIT, SCORE_LIMIT)
+        return totals, torch.cat(choice, 1)
 
-    def client_batches(self, ctx: ClientContext, epoch: int) -> Iterator[list[Tensor | None]]:
-        """M steps; step j holds one random subset of N samples of S_{i,k} per model k (Algorithm 4)."""
+    def _membership(self, assignment: Tensor) -> Tensor:
+        """(K * R, n) bool: sample b is in flow j's cluster set (flow j = start j // K, model j % K)."""
+        labels = assignment + self.num_clusters * torch.arange(len(assignment))[:, None]
+        return nn.functional.one_hot(labels, len(self.flows)).sum(0).T.bool()
+
+    def client_batches(self, ctx: ClientContext, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """M steps; a step gives every flow j with samples the next N samples of a random order of S_{i,j}
+        (Algorithm 4's random subset, drawn without replacement within the round), as (x (J', N, ...), weights
+        (J', N)) over those J' flows (self._active): each flow's weights sum to 1 (its batch mean), 0 on padding."""
         g = ctx.generator(f"steps-{epoch}", device="cpu")
-        for _ in range(self.hparams.local_steps):
-            batch = []
-            for members in self._members:
-                if len(members) == 0:
-                    batch.append(None)
-                    continue
-                pick = members[torch.randperm(len(members), generator=g)[:self.batch_size]]
-                batch.append(self._x[pick.to(self._x.device)])
-            yield batch
+        members = self._members[self._active]
+        counts = members.sum(1)
+        order = torch.rand(members.shape, generator=g).masked_fill_(~members, 2.0).argsort(1)  # members first
+        width, steps = min(self.batch_size, members.shape[1]), self.hparams.local_steps
+        offsets = torch.arange(steps * width).view(steps, 1, width)
+        picks = order.expand(steps, -1, -1).gather(2, offsets % counts[:, None]).to(self._x.device)  # (M, J', N)
+        weights = ((offsets[0] < counts[:, None]) / counts.clamp_max(width)[:, None]).to(self._x.device)
+        for step in range(steps):
+            yield self._x[picks[step]], weights
 
-    def training_step(self, batch: list[Tensor | None], batch_idx: int) -> Tensor:
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, weights = batch
+        if self._affine:  # the flows with samples at once (a flow without any would have a zero gradient)
+            names = tuple(self._stacked)
+            every = len(self._active) == len(self.flows)
+            params = [self._stacked[n] if every else self._stacked[n][self._active] for n in names]
+            centred = x - params[names.index("bias")].detach()[:, None]  # moments about b: no cancellation
+            weighted = centred * weights[..., None]
+            moments = weights.sum(1), weighted.sum(1), weighted.transpose(1, 2) @ centred
+            return _AffineBatchNLL.apply(*moments, names, *params)
         # Models share no parameter, so one step on the sum is one step of each model on its own loss.
         loss = torch.zeros((), device=self.device)
-        for k, x in enumerate(batch):
-            if x is None:
-                continue
-            if self._is_image:
-                x = dequantize(x, self._noise_gen)
-            loss = loss + self.flows[k].nll(x).mean()
+        for row, j in enumerate(self._active.tolist()):
+            xj = dequantize(x[row], self._noise_gen) if self._is_image else x[row]
+            loss = loss + (self.flows[j].nll(xj) * weights[row]).sum()
         return loss
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         x, self._x = self._x, None  # the working model must not keep the last client's samples alive
         if ctx.stage.name == "kfed-init":
-            k_local = min(self.hparams.kfed_k_local or self.num_clusters, len(x))
-            _, labels = local_kfed(x.flatten(1), k_local, ctx.generator("local-kfed", device="cpu"))
-            centres, counts, labels = floored_groups(x.flatten(1), labels, ctx.min_summary_size)  # privacy floor
-            ctx.state["local_labels"] = labels.cpu()  # stays on the client: only the centres are sent
-            return {"centres": centres, "centre_counts": counts}
-        return {}
+            return self._local_kfed(ctx, x)
+        if self._scores is None or self.hparams.restarts == 1 or self.start_fixed or len(x) < ctx.min_summary_size:
+            return {}  # nothing (more) to choose; below the floor a client's total may not leave it
+        return {"log_likelihood": self._scores,
+                "log_likelihood_counts": torch.full_like(self._scores, float(len(x)))}
+
+    def _kfed_width(self) -> int:
+        return self.hparams.kfed_k_local or self.num_clusters
+
+    def _local_kfed(self, ctx: ClientContext, x: Tensor) -> dict[str, Tensor]:
+        """k-FED's client step once per start; start r's centres in rows r * k' ... (r + 1) * k' - 1, a row
+        the floor dissolved (or k' above the client's samples) sent as zeros counted 0."""
+        width, flat = self._kfed_width(), x.flatten(1)
+        centres, counts, labels = [], [], []
+        for r in range(self.hparams.restarts):
+            g = ctx.generator("local-kfed" if r == 0 else f"local-kfed-{r}", device="cpu")
+            _, local = local_kfed(flat, min(width, len(x)), g)
+            means, sizes, local = floored_groups(flat, local, ctx.min_summary_size)  # privacy floor
+            centres.append(torch.cat([means, means.new_zeros(width - len(means), flat.shape[1])]))
+            counts.append(torch.cat([sizes, sizes.new_zeros(width - len(sizes))]))
+            labels.append(local.cpu())
+        ctx.state["local_labels"] = torch.stack(labels)  # stays on the client: only the centres are sent
+        return {"centres": torch.cat(centres), "centre_counts": torch.cat(counts)}
 
     def aggregation_weights(self, ctx: ClientContext) -> dict[str, float] | None:
-        if ctx.stage.name == "kfed-init":
+        if ctx.stage.name != "uifca":
             return {"flows.": 0.0}  # no model was trained: nothing to average
-        return {f"flows.{k}.": float(len(m)) for k, m in enumerate(self._members)}
+        return {f"flows.{j}.": float(n) for j, n in enumerate(self._members.sum(1).tolist())}
 
     # --- evaluation ----------------------------------------------------------------------------------
+    def _log_probs(self, x: Tensor) -> Tensor:
+        """log p_j(x_b) for every flow j, (K * R, B)."""
+        if self._affine:
+            names = [name for name, _ in self.flows[0].named_parameters()]
+            params = {name: torch.stack([getattr(f, name) for f in self.flows]) for name in names}
+            return affine_log_probs(params, x.float())
+        return stack_log_prob(self.flows, x.float())
+
+    @torch.no_grad()
     def assign(self, x: Tensor) -> Tensor:
-        """The cluster of the model with the highest likelihood (lowest loss)."""
-        return stack_log_prob(self.flows, x.float()).argmax(0)
+        """The cluster of the kept start's model with the highest likelihood (lowest loss)."""
+        return self._log_probs(x)[self._start(self.best_restart)].argmax(0)
