@@ -13,6 +13,18 @@
 # scikit-learn but not jsonargparse (carried as wheels) or FAISS (k-means runs on torch there).
 # FEDCLUST_GPU_RUNS (default /tmp/fedclust_gpu) holds the run folders; FEDCLUST_GPU_EXPERIMENT names another
 # experiment (the tests run a tiny one on the CPU).
+#
+# Speed (issue 46 items 3-4), rows of benchmarks/results/gpu_speed.csv, written by benchmarks/flower_peer.py's `gpu`:
+#   here, once:        bash benchmarks/gpu_protocol.sh prepare; bash benchmarks/gpu_protocol.sh prepare-flower
+#   device run, carry [".whl", ".data"]:   bash benchmarks/gpu_protocol.sh speed --budget 500
+#       CCFC's protocol (70,000 images, 10 and 100 clients) cut to 3 + 1 rounds in each speed mode (fp32, auto), the
+#       local step eager / torch.compile / CUDA graph, then the whole 100 + 30 rounds end to end (auto, then fp32)
+#   device run, carry [".whl", ".whl_flower", ".data_test"]:   bash benchmarks/gpu_protocol.sh speed --legs peer
+#       Flower's simulation against fedclust, both on the GPU, flower_peer.py's workload (10,000 images)
+#   then here:         cp <files_at>/gpu_speed.csv benchmarks/results/   (and the log, for the write-up)
+# Flower's stack (30 MB packed) and all 70,000 images (31 MB) do not travel together inside a call's 64 MiB. A
+# leg measured at this commit is skipped; a protocol run cut off by the budget resumes while the machine is warm.
+# `speed --dry-run` runs every leg but the peer's on the CPU with a tiny subset (tests/benchmarks/test_gpu_speed.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${FEDCLUST_GPU_RUNS:-/tmp/fedclust_gpu}
@@ -22,16 +34,21 @@ if [ "${1:-}" = "prepare" ]; then
   mkdir -p .git/info .whl .data/fmnist
   for d in /.whl/ /.data/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
   # pure-Python wheels the device image lacks (versions as constraints.txt pins them)
-  pins=$(grep -E '^(jsonargparse|docstring-parser|typeshed-client)==' constraints.txt | cut -d' ' -f1)
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 -d .whl $pins
+  bash benchmarks/gpu_wheels.sh base
   # a shared data root is read through one folder per set (MNIST and Fashion-MNIST files share names)
   cp /usr/share/datasets/fashion-mnist/*.gz .data/fmnist/
+  # the test split alone, for the call that carries Flower's stack instead of all the images
+  mkdir -p .data_test/fmnist
+  cp /usr/share/datasets/fashion-mnist/t10k-*.gz .data_test/fmnist/
   # the copy on the device has no .git: the runs record the commit named here
   python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from common import git_commit; print(git_commit())" \
     > .data/commit
-  ls -la .whl .data/fmnist; cat .data/commit
+  cp .data/commit .data_test/commit
+  ls -la .whl .data/fmnist .data_test/fmnist; cat .data/commit
   exit 0
+fi
+if [ "${1:-}" = "prepare-flower" ]; then
+  exec bash benchmarks/gpu_wheels.sh flower
 fi
 
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -42,6 +59,10 @@ else
 fi
 [ -d .data/fmnist ] && export FEDCLUST_DATA_ROOT="$PWD/.data"
 [ -f .data/commit ] && export BENCHMARKS_COMMIT="$(cat .data/commit)"
+if [ ! -d .data/fmnist ] && [ -d .data_test/fmnist ]; then
+  export FEDCLUST_DATA_ROOT="$PWD/.data_test"
+  [ -f .data_test/commit ] && export BENCHMARKS_COMMIT="$(cat .data_test/commit)"
+fi
 bench=(python3 -m benchmarks --runs "$runs")
 case "${1:-}" in
   run)
@@ -55,7 +76,33 @@ case "${1:-}" in
     [ "$status" -eq 0 ] || [ "$status" -eq 124 ] ;;
   report)
     exec "${bench[@]}" --results "${OUT:-benchmarks/results}" report "$experiment" ;;
+  speed)
+    shift
+    budget=500
+    if [ "${1:-}" = "--budget" ]; then budget=$2; shift 2; fi
+    args=(--budget "$budget" --runs "$runs/speed" --csv "${FEDCLUST_GPU_SPEED_CSV:-benchmarks/results/gpu_speed.csv}")
+    if [ "${1:-}" = "--dry-run" ]; then  # every leg but the peer's, on the CPU, on 600 test images: the logic only
+      shift
+      args+=(--accelerator cpu --clients 2 3 --images 600
+             "--fit-args=--data.split test --data.subsample 600 --data.partition iid --federation.min_summary_size 5"
+             --short-rounds 1 1 --full-rounds 2 1 --full-modes auto --variants eager:fp32 compile:fp32
+             --step-count 3)
+    elif ls .whl_flower/*.tar.xz >/dev/null 2>&1; then  # Flower's stack for the peer leg, unpacked once a machine
+      site=/tmp/fedclust_flower_site
+      if [ ! -f "$site/.unpacked" ]; then
+        rm -rf "$site" && mkdir -p "$site" && xz -dc .whl_flower/*.tar.xz | tar -x -C "$site" && touch "$site/.unpacked"
+      fi
+      args+=(--flower-site "$site")
+    fi
+    if [ -n "${OUT:-}" ]; then
+      mkdir -p "$OUT"
+      timeout -s INT -k 30 $((budget + 90)) python3 -u benchmarks/flower_peer.py gpu "${args[@]}" --out "$OUT" "$@" \
+        2>&1 | tee -a "$OUT/gpu_speed.log"
+    else
+      timeout -s INT -k 30 $((budget + 90)) python3 -u benchmarks/flower_peer.py gpu "${args[@]}" "$@"
+    fi ;;
   *)
-    echo "usage: bash benchmarks/gpu_protocol.sh prepare | run [--budget S] [--only LABEL ...] | report" >&2
+    echo "usage: bash benchmarks/gpu_protocol.sh prepare | prepare-flower | run [--budget S] [--only LABEL ...] |" \
+      "report | speed [--budget S] [--dry-run] [--legs short step full peer] [flower_peer.py gpu options]" >&2
     exit 2 ;;
 esac
