@@ -39,10 +39,12 @@ class MethodEntry:
 METHODS: dict[str, MethodEntry] = {e.name: e for e in (
     MethodEntry("CCFC", "ccfc", "CCFC (Yan et al.): cluster-contrastive federated clustering"),
     MethodEntry("CCFCPlusPlus", "ccfcpp", "CCFC++ (Yan et al.): CCFC + feature decorrelation"),
-    MethodEntry("FedSpectral", "fedspectral", "fedclust's own: decorrelated contrastive training, k-anonymous "
-                "summaries, spectral clustering of the summaries"),
+    MethodEntry("FedSpectral", "fedspectral", "fedclust's own: decorrelated contrastive training, summaries of "
+                "fixed groups under the privacy floor, spectral clustering of the summaries"),
     MethodEntry("KFED", "kfed", "k-FED (Dennis, Li & Smith, ICML 2021)", embeds=False),
     MethodEntry("KMeans", "kmeans", "centralized k-means baseline", embeds=False),
+    MethodEntry("Spectral", "spectral", "centralized spectral clustering (Ng, Jordan & Weiss 2002), FedSpectral's "
+                "no-training, no-federation reference", embeds=False),
     MethodEntry("FCM", "fcm", "fuzzy c-means (Bezdek 1981), centralized", embeds=False),
     MethodEntry("FFCM", "ffcm", "FFCM (Stallmann & Wilbik 2022)", embeds=False),
     MethodEntry("SDAFC", "sdafc", "SDA-FC (Yan et al.): synthetic-data-aided federated clustering", embeds=False),

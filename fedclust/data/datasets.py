@@ -266,3 +266,4 @@ def check_finite(dataset: Dataset) -> None:
 # Sets built from other sets of this registry: they get its loader from here (derived.py imports no registry).
 DATASETS["rotated"] = partial(derived.rotated, load_dataset)
 DATASETS["representations"] = partial(derived.representations, load_dataset)
+DATASETS["hog"] = partial(derived.hog_vectors, load_dataset)

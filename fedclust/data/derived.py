@@ -1,6 +1,7 @@
-"""Data sets built from other data sets: UIFCA's rotated images and its "representations" setting.
+"""Data sets built from other data sets: UIFCA's rotated images and its "representations" setting, and an image set's
+histograms of oriented gradients (the descriptor FedSpectral clusters beside its trunk, as every baseline's input).
 
-Registered in fedclust.data.datasets.DATASETS as ``rotated`` and ``representations``; the registry hands each
+Registered in fedclust.data.datasets.DATASETS as ``rotated``, ``representations`` and ``hog``; the registry hands each
 loader its own `load` (load_dataset) as the first argument, so this module needs no registry and no federated
 view of the data: it stands below both.
 """
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from fedclust.data.dataset import Dataset, prepare
+from fedclust.data.dataset import Dataset, prepare, to_float
+from fedclust.data.hog import hog
 from fedclust.errors import ConfigError
 
 ROTATIONS = (0, 90, 180, 270)
@@ -42,6 +44,24 @@ def rotated(load: Load, root: str | None, split: str, source: str = "mnist", lab
     xs = torch.cat([torch.rot90(x, k=r // 90, dims=(-2, -1)) for r in ROTATIONS])
     y = torch.arange(len(ROTATIONS)).repeat_interleave(len(x))
     return Dataset(f"rotated-{source}-{label}", xs.contiguous(), y, len(ROTATIONS), True, marks.repeat(len(ROTATIONS)))
+
+
+def hog_vectors(load: Load, root: str | None, split: str, source: str = "fmnist", cell: int = 4,
+                batch: int = 4096) -> Dataset:
+    """Every image of ``source`` as its unit HOG vector (fedclust/data/hog.py: cells of ``cell`` pixels, 9 bins):
+    the fixed descriptor FedSpectral's "hog+backbone" space holds, given to a baseline (k-FED, k-means, central
+    spectral clustering) so that a table compares methods on the same inputs. Labels, order and split marks are the
+    source's, so every partition is the same as on the images."""
+    if source in ("hog", "representations"):
+        raise ConfigError("data.options.source", source, "an image data set such as fmnist, mnist or digits")
+    base = load(source, root, split)
+    if not base.is_image:
+        raise ConfigError("data.options.source", source, "a data set of images (HOG describes images)")
+    if not 1 <= cell <= min(base.x.shape[-2:]):
+        raise ConfigError("data.options.cell", cell, f"an integer from 1 to the images' side, {base.x.shape[-1]}")
+    x = torch.cat([hog(to_float(base.x[i:i + batch]), cell) for i in range(0, len(base), batch)])
+    return Dataset(f"hog-{source}", x, base.y.clone(), base.num_classes, False, base.split.clone(),
+                   has_labels=base.has_labels, clients=base.clients)
 
 
 # Reading a saved run needs the run level (fit's config parser, every method); the data layer cannot import

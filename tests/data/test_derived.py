@@ -44,3 +44,19 @@ def test_representations_need_a_run_folder(tmp_path):
         load_dataset("representations")
     with pytest.raises(ConfigError, match="run"):
         load_dataset("representations", run=str(tmp_path / "missing"))
+
+
+def test_hog_vectors_describe_a_sources_images_with_its_labels_order_and_split():
+    from fedclust.data.dataset import to_float
+    from fedclust.data.datasets import load_dataset
+    from fedclust.data.hog import hog
+
+    base = load_dataset("digits")
+    described = load_dataset("hog", source="digits", cell=2)
+    assert not described.is_image and described.x.shape == (len(base), 9 * 4 * 4)
+    assert torch.equal(described.y, base.y) and torch.equal(described.split, base.split)
+    torch.testing.assert_close(described.x[:7], hog(to_float(base.x[:7]), 2))
+    for bad, field in ((dict(source="gaussian"), "data.options.source"), (dict(source="digits", cell=9),
+                                                                           "data.options.cell")):
+        with pytest.raises(ConfigError, match=field):
+            load_dataset("hog", **bad)

@@ -36,6 +36,7 @@ from fedclust.methods import (
     FedUMCC,
     KMeans,
     SingleSimCLR,
+    Spectral,
 )
 from tests.conftest import tiny_ccfc, tiny_data
 
@@ -164,6 +165,7 @@ TINY_METHODS = {
     "CCFCPlusPlus": (lambda: tiny_ccfc(cls=CCFCPlusPlus, decorrelation_weight=1.0), None),
     "KFED": (lambda: KFED(k_local=10), None),
     "KMeans": (KMeans, _one_client),
+    "Spectral": (Spectral, _one_client),
     "FCM": (lambda: FCM(max_iter=20), _one_client),
     "FFCM": (lambda: FFCM(max_rounds=2), None),
     "SDAFC": (tiny_sdafc, None),
