@@ -59,8 +59,19 @@ def measure(folder: Path) -> dict[str, object]:
     rounds = _number(rows[-1].get("round")) if rows else None
     out.update(rounds=int(rounds) if rounds is not None else None, seconds=sum(seconds) if seconds else None,
                seconds_per_round=statistics.median(seconds) if seconds else None,
-               peak_memory_mb=max(memory) if memory else None, **_steps(rows))
+               peak_memory_mb=max(memory) if memory else None, min_summary=_floor(folder), **_steps(rows))
     return out
+
+
+def _floor(folder: Path) -> int | None:
+    """The run's privacy floor (federation.min_summary_size) from its config.yaml; None for a run made before the
+    floor existed (its config has no such key) or an unreadable config."""
+    try:
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        floor = config["federation"]["min_summary_size"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return floor if isinstance(floor, int) else None
 
 
 def _steps(rows: list[dict]) -> dict[str, float | None]:
