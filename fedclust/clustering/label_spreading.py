@@ -21,7 +21,7 @@ from torch import Tensor
 def label_spreading(neighbors_of: Tensor, labels: Tensor, num_labels: int, alpha: float,
                     iterations: int = 30) -> Tensor:
     """New labels (n,) after spreading ``labels`` (n,) over the graph ``neighbors_of`` (n, m) names, every edge 1
-    (cosine-weighted edges measured the same on Fashion-MNIST: benchmarks/results/fedspectral_recluster.md).
+    (cosine-weighted edges measured the same on Fashion-MNIST: docs/findings/fedspectral.md).
 
     Args:
         neighbors_of: Row i holds i's neighbours' indices (a column equal to i itself is ignored), as

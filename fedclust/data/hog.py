@@ -4,7 +4,7 @@ local shape, batched on any device.
 Written here rather than taken from scikit-image (``skimage.feature.hog``): that one describes one numpy image at a
 time and would add a dependency; this is a few tensor operations over a whole batch, on the model's device.
 
-Choices, measured on 10,000 Fashion-MNIST training images (benchmarks/results/fedspectral_recluster.md, sixteenth
+Choices, measured on 10,000 Fashion-MNIST training images (docs/findings/fedspectral.md, sixteenth
 pass: spectral clustering of every sample): each cell's histogram square-rooted and the whole vector unit-normalised
 (the Hellinger map of RootSIFT, Arandjelovic & Zisserman, CVPR 2012) scored 0.688; Dalal & Triggs' overlapping
 2 x 2-cell blocks, each L2-normalised, clipped at 0.2 and normalised again, scored 0.617 (cells of 4 pixels) and
