@@ -33,7 +33,8 @@ class DataConfig:
 
     Args:
         name: Data set: digits, fmnist, mnist, cifar10, cifar100, cifar100_20, stl10, imagenet10, gaussian,
-            subspace, rotated, representations; your own data (docs/own_data.md): folder (an image folder, one
+            subspace, rotated, representations, hog (an image set's histograms of oriented gradients as vectors:
+            options source and cell); your own data (docs/own_data.md): folder (an image folder, one
             sub-folder per class or flat), features (.npy, .npz, .csv or .parquet file), hf (a Hugging Face data
             set by hub name or local folder).
         root: Folder holding the data set files (torchvision layout); for folder the image folder, for features
