@@ -87,7 +87,7 @@ def test_fit_from_a_config_name_with_overrides_returns_the_run(tmp_path):
     for i, column in enumerate(result.assignments.values()):
         np.testing.assert_array_equal(column, table[:, i])
     # FedSpectral's cluster directions, in its clustering space: the 64 pixels beside the trunk's features
-    assert result.centroids.shape == (10, 64 + result.model.trunk.out_dim)
+    assert result.centroids.shape == (10, 9 * 4 * 4 + result.model.trunk.out_dim)  # HOG of 8x8 in 2-px cells, trunk
     torch.testing.assert_close(torch.from_numpy(result.centroids), result.model.global_centroids().float())
     assert "nmi=" in repr(result) and str(folder) in repr(result)
 
