@@ -161,6 +161,8 @@ class FedSpectral(FederatedMethod):
             groups = fixed_groups(h, size, int_seed(ctx.seed, "groups", ctx.client_id)).cpu()
             ctx.state[GROUPS] = groups
         self._summaries, self._sizes = group_summaries(h, groups.to(h.device))
+        if len(h) < ctx.min_summary_size:  # a client smaller than the floor sends no summary (still trains)
+            self._summaries, self._sizes = self._summaries[:0], self._sizes[:0]
 
     def _embed_all(self, data) -> Tensor:
         training = self.training
@@ -197,6 +199,8 @@ class FedSpectral(FederatedMethod):
         super().aggregate(averaged, updates, ctx)
         points = torch.cat([u.payload["summaries"] for u in updates])
         sizes = torch.cat([u.payload["summary_sizes"] for u in updates])
+        if len(points) == 0:  # every client that took part is below the floor: the clustering stays the last one's
+            return
         self.summary_labels = spectral_clustering(points, self.num_clusters, neighbors=self.hparams.neighbors,
                                                   weights=sizes, kernel="self_tuning",
                                                   seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index,

@@ -241,3 +241,17 @@ def test_summaries_can_carry_differential_privacy_noise_and_the_run_says_what_it
     assert spent["noise_multiplier"] > 1 and spent["clip"] == 1.0
     sizes = torch.cat([u.payload["summary_sizes"] for _, _, ups in server_inputs for u in ups])
     assert not torch.equal(sizes, sizes.round())  # counts went out noised
+
+
+def test_a_client_below_the_floor_sends_no_summary_and_still_labels_its_samples():
+    data = build_federated_data(tiny_data(num_clients=40, partition="dirichlet", alpha=0.3, min_partition_size=2),
+                                torch.device("cpu"), 0)
+    small = min(range(data.num_clients), key=lambda c: len(data.parts[c]))
+    assert len(data.parts[small]) < FLOOR  # the partition gives a client below the floor
+    method = tiny()
+    method.build(data.info)
+    states = {}
+    updates = _round(method, data, states)
+    assert len(updates[small].payload["summaries"]) == 0 and len(updates[small].payload["summary_sizes"]) == 0
+    labels = method.predict(data, states)
+    assert (labels[data.parts[small]] >= 0).all()
