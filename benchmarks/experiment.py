@@ -50,7 +50,7 @@ from fedclust.sweep import Point
 FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
 # seconds: the rounds' sum; server_seconds / client_seconds: the median round's server step and one client's step
 FOLDER = ("rounds", "seconds", "seconds_per_round", "peak_memory_mb", "server_seconds", "client_seconds", "summaries",
-          "min_summary", "commit")
+          "min_summary", "dp_epsilon", "commit")
 KEYS = {"title": str, "data": str, "notes": str, "overrides": dict, "grid": dict, "configs": list,
         "metrics": list, "paper": list, "table": dict, "plot": dict, "curve": dict}
 REQUIRED = ("title", "data", "configs", "metrics", "table")

@@ -59,7 +59,8 @@ def measure(folder: Path) -> dict[str, object]:
     rounds = _number(rows[-1].get("round")) if rows else None
     out.update(rounds=int(rounds) if rounds is not None else None, seconds=sum(seconds) if seconds else None,
                seconds_per_round=statistics.median(seconds) if seconds else None,
-               peak_memory_mb=max(memory) if memory else None, min_summary=_floor(folder), **_steps(rows))
+               peak_memory_mb=max(memory) if memory else None, min_summary=_floor(folder),
+               dp_epsilon=_epsilon(folder), **_steps(rows))
     return out
 
 
@@ -72,6 +73,15 @@ def _floor(folder: Path) -> int | None:
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
     return floor if isinstance(floor, int) else None
+
+
+def _epsilon(folder: Path) -> float | None:
+    """The (epsilon at the run's delta) its summaries spent, from privacy.json; None for a run without noise."""
+    try:
+        spent = json.loads((folder / "privacy.json").read_text())["epsilon"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return _number(spent)
 
 
 def _steps(rows: list[dict]) -> dict[str, float | None]:
