@@ -12,8 +12,8 @@ from PIL import Image
 
 from fedclust.__main__ import main
 from fedclust.clustering.metrics import LABEL_FREE_METRICS, LABEL_METRICS
-from fedclust.methods import KFED, KMeans
 from fedclust.federation.config import FederationConfig
+from fedclust.methods import KFED, KMeans
 from tests.conftest import tiny_ccfc, tiny_data
 
 # The users' files here are tiny (clients of 15-30 samples), below the default privacy floor of 20 samples a summary:
