@@ -70,13 +70,18 @@ def test_grid_crosses_each_config_and_a_config_may_have_its_own(write_experiment
     assert paper_cell(exp, exp.paper[0], exp.runs[0]) == 0.5 and paper_cell(exp, exp.paper[0], exp.runs[-1]) is None
 
 
-def test_heterogeneity_experiment_is_what_issue_22_asks_for():
+def test_heterogeneity_experiment_is_what_issues_22_and_43_ask_for():
     exp = load("heterogeneity_fmnist", EXPERIMENTS)
-    assert exp.labels == ["k-FED", "KM", "FedSpectral", "CCFC++ (20+10)", "CCFC (20+10)", "CCFC++", "CCFC"]
+    assert exp.labels == ["k-FED", "k-FED (HOG)", "Spectral (HOG, central)", "FedSpectral round 1", "KM",
+                          "FedSpectral", "CCFC++ (20+10)", "CCFC (20+10)", "CCFC++", "CCFC"]
     assert all(r.point.overrides["data.split"] == "test" for r in exp.runs)
     every_p = {0, 0.25, 0.5, 0.75, 1}
-    for label in ("k-FED", "FedSpectral"):
+    for label in ("k-FED", "k-FED (HOG)", "FedSpectral", "FedSpectral round 1"):
         assert {r.values["data.p"] for r in exp.runs if r.label == label} == every_p
+    for label in ("k-FED", "k-FED (HOG)"):  # the baselines at FedSpectral's floor (its config ships 50)
+        assert all(r.point.overrides["federation.min_summary_size"] == 50 for r in exp.runs if r.label == label)
+    assert all(r.point.overrides["federation.rounds"] == 1 for r in exp.runs if r.label == "FedSpectral round 1")
+    assert [r.values for r in exp.runs if r.label == "Spectral (HOG, central)"] == [{"seed": 0}]
     for label in ("CCFC++ (20+10)", "CCFC (20+10)"):  # the same shortened schedule for both (issue 22 item 3)
         runs = [r for r in exp.runs if r.label == label]
         assert {r.values["data.p"] for r in runs} == {0, 0.5, 1}
@@ -88,8 +93,8 @@ def test_heterogeneity_experiment_is_what_issue_22_asks_for():
     assert [r.values for r in exp.runs if r.label == "KM"] == [{"seed": 0}]
     seeds = {(r.values["data.p"], r.values["seed"]) for r in exp.runs if r.label == "FedSpectral"}
     assert seeds == {(p, seed) for p in every_p for seed in (0, 1, 2)}  # the issue asks seeds 1-2 at p = 0 and 1
-    assert exp.columns == ["method", "p", "seed", "rounds", "nmi", "acc", "ari", "kappa", "seconds_per_round",
-                           "peak_memory_mb", "commit"]
+    assert exp.columns == ["method", "p", "seed", "rounds", "min_summary", "nmi", "acc", "ari", "kappa",
+                           "seconds_per_round", "peak_memory_mb", "commit"]
     assert exp.plot == {"x": "data.p", "y": "nmi"}
     nmi = exp.paper[0]
     assert nmi["metric"] == "nmi" and nmi["cells"]["KM"] == 0.6070 and nmi["cells"]["CCFC (20+10)"][1] == 0.1211
