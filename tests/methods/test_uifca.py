@@ -268,3 +268,15 @@ def test_restarted_run_resumed_ends_as_the_uninterrupted_one(run_fit, tmp_path, 
     ends = [load_checkpoint(tmp_path / folder / CHECKPOINT) for folder in ("full", "cut")]  # resumed in place
     assert ends[0]["server"]["best_restart"] == ends[1]["server"]["best_restart"]
     assert all(torch.equal(ends[0]["model"][k], ends[1]["model"][k]) for k in ends[0]["model"])
+
+
+@pytest.mark.parametrize("k_local", [1, 2])  # k' = the clusters a client holds at p = 1, or K
+def test_each_start_takes_its_own_kfed_clusters_as_first_assignment(k_local):
+    method = restarting(init="kfed", kfed_k_local=k_local, cluster_rounds=1, communication_rounds=1, local_steps=1)
+    orch = build(method, data_cfg=small_gaussian(p=1.0))
+    orch.run()
+    truth = torch.cat([orch.data.labels[orch.data.parts[c]].cpu() for c in range(2)])
+    for start in range(3):
+        first = torch.cat([orch.client_states[c]["assignment"][start] for c in range(2)])
+        assert len(set(zip(first.tolist(), truth.tolist()))) == 2  # a one-to-one labelling of the two clusters
+    assert len(orch.method.client_maps) == 3
