@@ -78,6 +78,8 @@ def add_summary_noise(payload: dict[str, Tensor], summary_keys: dict[str, str], 
     sent = dict(payload)
     for key, count_key in present:
         rows, counts = payload[key].double(), payload[count_key].double()
+        flat = rows.ndim == 1  # a vector of scalars (a support per centre): one coordinate a row
+        rows = rows[:, None] if flat else rows.flatten(1)
         norms = rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
         rows = rows * (noise.clip / norms).clamp(max=1.0)
         sums = rows * counts[:, None]
@@ -86,6 +88,7 @@ def add_summary_noise(payload: dict[str, Tensor], summary_keys: dict[str, str], 
         noisy_counts = counts + scale * torch.randn(counts.shape, generator=generator, dtype=torch.float64,
                                                     device=generator.device).to(counts.device)
         noisy_counts = noisy_counts.clamp_min(1.0)
-        sent[key] = (noisy_sums / noisy_counts[:, None]).to(payload[key].dtype)
+        noisy = noisy_sums / noisy_counts[:, None]
+        sent[key] = (noisy[:, 0] if flat else noisy.reshape(payload[key].shape)).to(payload[key].dtype)
         sent[count_key] = noisy_counts.to(payload[count_key].dtype)
     return sent

@@ -193,6 +193,9 @@ class ClusterContrastiveFC(FederatedMethod):
             ctx.state["centroids"] = centroids.cpu()
         return {"centroids": centroids, "centroid_counts": counts}
 
+    def summary_norm_bound(self) -> float:
+        return 1.0  # the local centroids are k-means means of unit-normalised z (embed): DP noise may apply
+
     # --- server ------------------------------------------------------------------------------------
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
