@@ -21,8 +21,10 @@ def test_every_config_parses_and_builds_its_method(path):
 
 
 def test_help_documents_options_from_docstrings(capsys):
-    with pytest.raises(SystemExit):
-        main(["fit", "--help"])
+    try:  # printed from cli_schema.json (returns) or, where that is stale, by the parser (exits)
+        assert main(["fit", "--help"]) == 0
+    except SystemExit as stop:
+        assert stop.code in (0, None)
     out = capsys.readouterr().out
     assert "--federation.disconnect_rate" in out and "Share of clients that miss a round" in out
     assert "--data.p" in out and "--seed" in out

@@ -17,7 +17,7 @@ from tests.helpers.tiny import build, interrupted_after_round
 TWO_ROUNDS = FederationConfig(rounds=2, checkpoint_every=1)
 
 
-class Toy(FederatedMethod):
+class HookedToy(FederatedMethod):
     """Two linear maps on the flattened input, one SGD step per batch, clusters = argmax of `shared`."""
 
     def __init__(self, num_clusters: int | None = 2, batch_size: int = 64, rounds: int = 2):
@@ -51,7 +51,7 @@ def weights(module: nn.Module) -> dict[str, torch.Tensor]:
 
 # --- what every method implements -------------------------------------------------------------------
 def test_a_method_without_assign_fails_at_start_in_one_sentence():
-    class NoAssign(Toy):
+    class NoAssign(HookedToy):
         assign = FederatedMethod.assign
 
     with pytest.raises(FedclustError, match=r"NoAssign does not implement assign: every method") as error:
@@ -60,7 +60,7 @@ def test_a_method_without_assign_fails_at_start_in_one_sentence():
 
 
 def test_a_training_method_without_training_step_fails_at_start():
-    class NoStep(Toy):
+    class NoStep(HookedToy):
         training_step = FederatedMethod.training_step
 
     with pytest.raises(FedclustError, match="does not implement training_step"):
@@ -68,7 +68,7 @@ def test_a_training_method_without_training_step_fails_at_start():
 
 
 def test_the_engine_lends_the_client_and_its_optimizer_only_while_the_client_is_visited():
-    class Watch(Toy):
+    class Watch(HookedToy):
         def training_step(self, batch, batch_idx):
             self.calls.append(("step", self.ctx.client_id, self.optimizers() is self.session.optimizers[0]))
             return super().training_step(batch, batch_idx)
@@ -82,13 +82,13 @@ def test_the_engine_lends_the_client_and_its_optimizer_only_while_the_client_is_
 
 # --- optional hooks ---------------------------------------------------------------------------------
 def test_build_is_called_once_with_the_data_before_any_round():
-    orch = build(Toy(), tiny_data(num_clients=2))
+    orch = build(HookedToy(), tiny_data(num_clients=2))
     orch.run()
     assert [c for c in orch.method.calls if c[0] == "build"] == [("build", 64)]
 
 
 def test_validate_refuses_before_any_network_is_built():
-    class Picky(Toy):
+    class Picky(HookedToy):
         def validate(self, info, num_clients):
             if num_clients > 1:
                 raise ConfigError("data.num_clients", num_clients, "1 for this toy")
@@ -101,7 +101,7 @@ def test_validate_refuses_before_any_network_is_built():
 
 
 def test_local_clusters_above_the_smallest_client_are_refused():
-    class LocalKMeans(Toy):
+    class LocalKMeans(HookedToy):
         def local_clusters(self):
             return 10_000
 
@@ -111,7 +111,7 @@ def test_local_clusters_above_the_smallest_client_are_refused():
 
 
 def test_communicated_keys_are_averaged_and_the_others_stay_on_each_client():
-    class SharedOnly(Toy):
+    class SharedOnly(HookedToy):
         def communicated(self):
             return [k for k in self.state_dict() if k.startswith("shared.")]
 
@@ -127,7 +127,7 @@ def test_communicated_keys_are_averaged_and_the_others_stay_on_each_client():
 
 
 def test_on_round_start_runs_once_per_round_before_its_clients_which_start_from_the_global_weights():
-    class Order(Toy):
+    class Order(HookedToy):
         def on_round_start(self, ctx):
             self.calls.append(("round", ctx.round, self.shared.weight.detach().clone()))
 
@@ -145,7 +145,7 @@ def test_on_round_start_runs_once_per_round_before_its_clients_which_start_from_
 
 
 def test_client_batches_decide_what_local_training_sees():
-    class ThreeSamples(Toy):
+    class ThreeSamples(HookedToy):
         def client_batches(self, ctx, epoch):
             x = next(iter(ctx.data.iter_all()))[:3]
             return [{"x": x}, {"x": x}]
@@ -160,7 +160,7 @@ def test_client_batches_decide_what_local_training_sees():
 
 
 def test_on_client_end_payloads_reach_aggregate_by_client_with_their_sizes():
-    class Means(Toy):
+    class Means(HookedToy):
         summary_keys = {"mean": "count"}
 
         def on_client_end(self, ctx):
@@ -179,7 +179,7 @@ def test_on_client_end_payloads_reach_aggregate_by_client_with_their_sizes():
 
 
 def test_a_payload_key_the_method_does_not_declare_never_reaches_the_server():
-    class Leaky(Toy):
+    class Leaky(HookedToy):
         summary_keys = {"mean": "count"}
 
         def on_client_end(self, ctx):
@@ -190,7 +190,7 @@ def test_a_payload_key_the_method_does_not_declare_never_reaches_the_server():
         orch.run()
 
 
-class Groups(Toy):
+class Groups(HookedToy):
     """Sends the means of groups of ``size`` samples (the last group takes the rest), with their counts."""
 
     summary_keys = {"means": "counts"}
@@ -225,7 +225,7 @@ def test_a_summary_must_declare_one_count_per_row():
 
 
 def test_a_row_counted_zero_must_carry_nothing():
-    class Echo(Toy):
+    class Echo(HookedToy):
         summary_keys = {"means": "counts"}
 
         def on_client_end(self, ctx):
@@ -236,7 +236,7 @@ def test_a_row_counted_zero_must_carry_nothing():
 
 
 def test_default_aggregate_is_fedavg_weighted_by_sample_counts_and_a_zero_weight_leaves_a_client_out():
-    class Record(Toy):
+    class Record(HookedToy):
         zero_for_client_1 = False
 
         def on_client_end(self, ctx):
@@ -262,7 +262,7 @@ def test_default_aggregate_is_fedavg_weighted_by_sample_counts_and_a_zero_weight
 
 
 def test_server_state_survives_a_stop_and_resume(run_fit, tmp_path):
-    class Counting(Toy):
+    class Counting(HookedToy):
         def __init__(self, **kw):
             super().__init__(**kw)
             self.aggregations = 0
@@ -285,7 +285,7 @@ def test_server_state_survives_a_stop_and_resume(run_fit, tmp_path):
 
 
 def test_metric_groups_score_each_group_on_its_own_and_average():
-    class PerClientLabels(Toy):
+    class PerClientLabels(HookedToy):
         """Labels each client's samples with the true class shifted by the client id: a perfect clustering
         within each client, an imperfect one over all samples."""
 
@@ -316,7 +316,7 @@ def test_metric_groups_score_each_group_on_its_own_and_average():
 
 
 def test_embed_is_the_representation_the_probes_read():
-    class Doubling(Toy):
+    class Doubling(HookedToy):
         def embed(self, x):
             return 2 * x.flatten(1)
 
@@ -324,5 +324,5 @@ def test_embed_is_the_representation_the_probes_read():
     data_cfg = tiny_data(num_clients=1)
     method.build(build_federated_data(data_cfg, torch.device("cpu"), 0).info)
     probed = probe_data(method, data_cfg, 0, torch.device("cpu"))
-    raw = probe_data(Toy(), data_cfg, 0, torch.device("cpu"))  # the default embed: the flattened input
+    raw = probe_data(HookedToy(), data_cfg, 0, torch.device("cpu"))  # the default embed: the flattened input
     assert torch.allclose(probed.train_x, 2 * raw.train_x)

@@ -175,7 +175,7 @@ TINY_METHODS = {
     "FedCC": (tiny_cc_family, None),
     "FedPNP": (lambda: tiny_cc_family(FedPNP), None),
     "FedSpectral": (lambda: FedSpectral(backbone="mlp", projector_hidden=32, latent_dim=16, rounds=2, batch_size=64,
-                                        summary_size=10, neighbors=5), None),
+                                        neighbors=5), None),
     "SingleSimCLR": (tiny_single, None),
     "FedBYOLCC": (tiny_fedbyolcc, None),
     "CC": (tiny_cc, _one_client),

@@ -1,5 +1,6 @@
 """The packaged CIFAR-10 and STL-10 configs of issue 22's methods (CCFC++ and FedSpectral) run as shipped, every
-setting but the schedule's and the federation's size kept, on tiny copies of the data sets the tests write."""
+setting but the schedule's and the federation's size (and so its privacy floor) kept, on tiny copies of the data
+sets the tests write."""
 
 import json
 
@@ -13,7 +14,7 @@ SHORT = {
     "ccfcpp": ["--method.init_args.pretrain_rounds", "1", "--method.init_args.cluster_rounds", "1",
                "--method.init_args.batch_size", "16"],
     "fedspectral": ["--method.init_args.rounds", "2", "--method.init_args.batch_size", "16",
-                    "--method.init_args.summary_size", "3", "--method.init_args.min_summary_size", "2",
+                    "--federation.min_summary_size", "3",
                     "--method.init_args.round_vote", "2"],
 }
 
