@@ -427,10 +427,12 @@ def driver(opts: argparse.Namespace) -> None:
 # --- GPU speed (issue 46 items 3-4): `benchmarks/gpu_protocol.sh speed` runs `gpu` on a lent GPU --------------------
 SPEED_COLUMNS = ["method", "clients", "images", "rounds", "mode", "seconds_total", "seconds_per_round",
                  "peak_gpu_memory_mb", "nmi", "device", "commit"]
-# a speed mode: its name in gpu_speed.csv -> the `fedclust fit` options it adds. fp32 is the papers' arithmetic (the
-# "before"); auto is fedclust's default (bf16 autocast where it was measured to pay). A faster path (issue 46 item 2,
-# a round's clients trained together) is measured by adding its line here.
-SPEED_MODES = {"fp32": ["--fabric.precision", "32-true"], "auto": ["--fabric.precision", "auto"]}
+# a speed mode: its name in gpu_speed.csv -> the `fedclust fit` options it adds. fp32 is the papers' arithmetic, the
+# clients one by one (the "before"); sequential is bf16 autocast where it was measured to pay, one by one; auto is
+# fedclust's default, which on CUDA also trains a round's clients together (issue 46 item 2).
+SPEED_MODES = {"fp32": ["--fabric.precision", "32-true", "--federation.clients_together", "off"],
+               "sequential": ["--fabric.precision", "auto", "--federation.clients_together", "off"],
+               "auto": ["--fabric.precision", "auto"]}
 STEP_VARIANTS = ["eager:fp32", "eager:bf16", "compile:fp32", "compile:bf16", "reduce-overhead:bf16", "cudagraph:fp32",
                  "cudagraph:bf16"]
 PEER_IMAGES = 10_000  # the peer workload: the Fashion-MNIST test split (flower_peer.py's own)

@@ -17,8 +17,9 @@
 # Speed (issue 46 items 3-4), rows of benchmarks/results/gpu_speed.csv, written by benchmarks/flower_peer.py's `gpu`:
 #   here, once:        bash benchmarks/gpu_protocol.sh prepare; bash benchmarks/gpu_protocol.sh prepare-flower
 #   device run, carry [".whl", ".data"]:   bash benchmarks/gpu_protocol.sh speed --budget 500
-#       CCFC's protocol (70,000 images, 10 and 100 clients) cut to 3 + 1 rounds in each speed mode (fp32, auto), the
-#       local step eager / torch.compile / CUDA graph, then the whole 100 + 30 rounds end to end (auto, then fp32)
+#       CCFC's protocol (70,000 images, 10 and 100 clients) cut to 3 + 1 rounds in each speed mode (fp32, sequential,
+#       auto: the clients trained together), the local step eager / torch.compile / CUDA graph, then the whole
+#       100 + 30 rounds end to end (auto, then fp32)
 #   device run, carry [".whl", ".whl_flower", ".data_test"]:   bash benchmarks/gpu_protocol.sh speed --legs peer
 #       Flower's simulation against fedclust, both on the GPU, flower_peer.py's workload (10,000 images)
 #   then here:         cp <files_at>/gpu_speed.csv benchmarks/results/   (and the log, for the write-up)

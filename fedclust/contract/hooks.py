@@ -5,8 +5,10 @@ each one. Where a hook is called in a round:
 
     server: on_round_start(round) -> for each client:
         client: load global weights (+ the client's own keys) -> on_client_start(ctx)
-                -> E epochs of training_step over client_batches(ctx, epoch) -> on_client_end(ctx) -> payload
-                -> aggregation_weights(ctx)
+                -> E epochs of training_step over client_batches(ctx, epoch)
+                   (clients trained together: each client's batched_inputs(batch), drawn in turn, then
+                   loss_from_inputs over the stacked clients)
+                -> on_client_end(ctx) -> payload -> aggregation_weights(ctx)
     server: aggregate(averaged weights, updates, round) -> the new global model and server_state()
     evaluation: predict(data, client states) (default: assign per batch), embed(x), metric_groups(data)
     the Python API (fedclust/api.py): global_centroids()
@@ -91,6 +93,24 @@ class OptionalHooks:
         """The batches of one local epoch (default: the client's data, shuffled by a seeded generator).
         Methods that sample differently (UIFCA: M steps, one batch per cluster set) override this."""
         return ctx.data.batches(ctx.generator(f"shuffle-{epoch}", device="cpu"))
+
+    # Training a round's clients together (federation.clients_together, fedclust/federation/together.py) splits a
+    # step in two: what is drawn for the client (made client by client from its own generators, as training_step
+    # does) and a pure loss that torch.func.vmap runs over every client's stacked parameters and buffers. A method
+    # that overrides both writes training_step as loss_from_inputs(batched_inputs(batch)), so the two paths cannot
+    # drift; one that does not is trained client by client. What on_client_start prepares for the client's steps
+    # (a generator, pseudo-labels) must sit in attributes it assigns (self._x = ...): the engine keeps those per
+    # client while it visits them in turn.
+    def batched_inputs(self, batch: Any) -> dict[str, Tensor]:
+        """The tensors one training step of the visited client needs, every random draw done here (views from the
+        client's generators, its pseudo-labels looked up): the step's only per-client randomness."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its training step (batched_inputs)")
+
+    def loss_from_inputs(self, inputs: dict[str, Tensor]) -> Tensor:
+        """The step's loss from what batched_inputs drew, as a pure function of the module's parameters, buffers
+        and ``inputs``: no random draw, no shape that depends on values, no .item() or other host sync (it runs
+        under torch.func.vmap). BatchNorm in training mode may update its running statistics."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its training step (loss_from_inputs)")
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         """Client side, after local training: the payload to send (local centroids and their counts, ...), keyed by

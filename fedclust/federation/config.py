@@ -44,6 +44,11 @@ class FederationConfig:
             (sums and counts) calibrated so that a client's summaries over the whole run are (dp_epsilon,
             dp_delta)-DP, as computed by Google's dp-accounting (RDP); the run writes privacy.json.
         dp_delta: The delta of dp_epsilon.
+        clients_together: Train a round's clients together (stacked parameters under torch.func.vmap, each with its
+            own batches, BatchNorm statistics and Adam state; fedclust/federation/together.py) rather than one after
+            another: the same result up to float rounding. "auto": together on CUDA for methods that split their
+            training step (batched_inputs / loss_from_inputs: FedSpectral, CCFC, CCFC++), one by one on the CPU,
+            where it is no faster; "on": together wherever the method allows it; "off": always one by one.
         eval_every: Score the global model every N rounds (and always after the last round).
         checkpoint_every: Write the resumable checkpoint every N rounds (and after the last round).
     """
@@ -60,6 +65,7 @@ class FederationConfig:
     min_summary_size: int = 20
     dp_epsilon: float | None = None
     dp_delta: float = 1e-5
+    clients_together: Literal["auto", "on", "off"] = "auto"
     eval_every: int = 1
     checkpoint_every: int = 10
 
@@ -84,6 +90,8 @@ class FederationConfig:
                               "a positive finite number, or null for no noise")
         if not 0 < self.dp_delta < 1:
             raise ConfigError("federation.dp_delta", self.dp_delta, "a number in (0, 1)")
+        if self.clients_together not in ("auto", "on", "off"):
+            raise ConfigError("federation.clients_together", self.clients_together, "auto, on or off")
         for name in ("eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"federation.{name}", getattr(self, name), "a positive integer")

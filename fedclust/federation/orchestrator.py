@@ -47,6 +47,7 @@ from fedclust.federation.distributed import (
 from fedclust.federation.privacy import SummaryNoise, add_summary_noise, calibrate
 from fedclust.federation.sampling import participants
 from fedclust.federation.setup import check_summary_floor
+from fedclust.federation.together import clients_together, train_together
 from fedclust.nn.optim import reset_optimizer
 
 log = logging.getLogger("fedclust")
@@ -96,6 +97,8 @@ class Orchestrator:
         self._trainable = {name for name, p in method.named_parameters() if p.requires_grad}
         check_summary_floor(method, [len(part) for part in data.parts], federation.min_summary_size)
         self.noise = summary_noise(method, federation, self.total_rounds)
+        # a round's clients trained together (federation/together.py) or one by one (train_client)
+        self.together = clients_together(federation.clients_together, method, self.optimizers, fabric.device)
 
     @property
     def total_rounds(self) -> int:
@@ -138,8 +141,12 @@ class Orchestrator:
         losses, rejected = [], []
         self._call("on_round_start", self, ctx, alive)
         mine = my_clients(alive, self.fabric)  # all of them in one process; a disjoint share per DDP rank
-        for client_id in mine:
-            update, state, loss = self.train_client(client_id, ctx, global_state)
+        if self.together and ctx.stage.local_epochs and mine:
+            trained = train_together(method, self.optimizers[0], self.fabric, mine, ctx.stage.local_epochs,
+                                     lambda cid: self.start_client(cid, ctx, global_state), self.finish_client)
+        else:
+            trained = ((cid, self.train_client(cid, ctx, global_state)) for cid in mine)
+        for client_id, (update, state, loss) in trained:  # each client's result is used before the next is made
             if not (loss_is_usable(loss, ctx.stage) and is_finite(state, update.payload)):
                 log.warning("client %d sent a non-finite update in %s round %d: left out of this round",
                             client_id, ctx.stage.name, ctx.round)
@@ -191,6 +198,17 @@ class Orchestrator:
 
     def train_client(self, client_id: int, ctx: RoundContext,
                      global_state: dict[str, Tensor]) -> tuple[ClientUpdate, dict[str, Tensor], float]:
+        """One client's visit: start, local epochs on the one working model, finish."""
+        try:
+            client = self.start_client(client_id, ctx, global_state)
+            loss = local_fit(self.method, client, self.optimizers, self.fabric, ctx.stage.local_epochs)
+            return self.finish_client(client, loss)
+        finally:
+            self.method.session = None
+
+    def start_client(self, client_id: int, ctx: RoundContext, global_state: dict[str, Tensor]) -> ClientContext:
+        """A client's visit begins: the global weights and its own keys in the working model, its optimizer state
+        loaded (or reset), the session lent to the method (the caller withdraws it), on_client_start."""
         method, state = self.method, self.client_states[client_id]
         method.load_state_dict(global_state)
         if LOCAL_WEIGHTS in state:
@@ -207,30 +225,33 @@ class Orchestrator:
                                self.data.client(client_id, method.batch_size), state, self.seed,
                                self.federation.min_summary_size)
         method.session = ClientSession(client, self.optimizers)  # the one attribute the engine sets on a method
-        try:
-            method.on_client_start(client)
-            loss = local_fit(method, client, self.optimizers, self.fabric, ctx.stage.local_epochs)
-            method.eval()
-            if loss_is_usable(loss, ctx.stage):
-                payload = method.on_client_end(client)
-                check_payload(method, payload, self.federation.min_summary_size)
-                if self.noise is not None:
-                    payload = add_summary_noise(payload, method.summary_keys, self.noise,
-                                                client.generator("dp-noise", device="cpu"))
-                key_weights = method.aggregation_weights(client)
-            else:  # diverged: its payload (local k-means on NaN features, ...) is never computed; run() rejects it
-                payload, key_weights = {}, None
-        finally:
-            method.session = None
+        method.on_client_start(client)
+        return client
+
+    def finish_client(self, client: ClientContext,
+                      loss: float) -> tuple[ClientUpdate, dict[str, Tensor], float]:
+        """A client's visit ends, its trained weights and optimizer state in the working model and optimizers (its
+        session still lent): its payload judged at the privacy boundary, its own keys and optimizer state saved."""
+        method, state = self.method, client.state
+        method.eval()
+        if loss_is_usable(loss, client.stage):
+            payload = method.on_client_end(client)
+            check_payload(method, payload, self.federation.min_summary_size)
+            if self.noise is not None:
+                payload = add_summary_noise(payload, method.summary_keys, self.noise,
+                                            client.generator("dp-noise", device="cpu"))
+            key_weights = method.aggregation_weights(client)
+        else:  # diverged: its payload (local k-means on NaN features, ...) is never computed; run() rejects it
+            payload, key_weights = {}, None
         weights = method.state_dict()
         local = {k: v for k, v in weights.items() if k not in self._communicated_set}
         if local:
             state[LOCAL_WEIGHTS] = to_cpu(local)
         if self.optimizers and self.federation.optimizer_state != "reset":
-            state[OPTIMIZER] = {"stage": ctx.stage_index,
+            state[OPTIMIZER] = {"stage": client.stage_index,
                                 "states": [to_cpu(optimizer.state_dict()) for optimizer in self.optimizers]}
         sent = {k: weights[k] for k in self.communicated}
-        return ClientUpdate(client_id, len(client.data), payload, key_weights), sent, loss
+        return ClientUpdate(client.client_id, len(client.data), payload, key_weights), sent, loss
 
     # --- scoring -------------------------------------------------------------------------------------
     @torch.no_grad()

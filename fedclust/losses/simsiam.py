@@ -26,7 +26,8 @@ def model_contrastive_loss(p_local: torch.Tensor, p_global: torch.Tensor) -> tor
 
 
 def cluster_contrastive_loss(p: torch.Tensor, z: torch.Tensor, labels: torch.Tensor,
-                             exclude_self: bool = False, num_clusters: int | None = None) -> torch.Tensor:
+                             exclude_self: bool = False, num_clusters: int | None = None,
+                             label_count: int | None = None) -> torch.Tensor:
     """CCFC's stage-2 loss inside a mini-batch, samples grouped by pseudo-label; ``z`` is stop-gradient.
 
     Default (``exclude_self=False``), as CCFC's reference code: each group c with n_c >= 2 members gives
@@ -44,22 +45,33 @@ def cluster_contrastive_loss(p: torch.Tensor, z: torch.Tensor, labels: torch.Ten
 
     Vectorised with no loop over groups: sum_{i,j in c} p_i . z_j = (sum_{i in c} p_i) . (sum_{j in c} z_j),
     so only per-group sums of the normalised vectors are needed (O(B d), no B x B matrix).
+
+    ``label_count``: the labels are known to lie in [0, label_count), and the groups are the rows of a table of
+    that many (absent labels are empty groups, which add nothing): the same value, with shapes that do not depend
+    on the labels' values, as torch.func.vmap needs. None: the groups are the distinct labels of the batch.
     """
     pn = F.normalize(p, dim=1)
     zn = F.normalize(z.detach(), dim=1)
-    uniq, inv = torch.unique(labels, return_inverse=True)
-    g = uniq.numel()
-    count = torch.bincount(inv, minlength=g).to(pn.dtype)
+    if label_count is None:
+        uniq, inv = torch.unique(labels, return_inverse=True)
+        g = uniq.numel()
+        count = torch.bincount(inv, minlength=g).to(pn.dtype)
+        present = uniq.numel()
+    else:
+        g, inv = label_count, labels
+        count = pn.new_zeros(g).index_add(0, inv, pn.new_ones(inv.shape))
+        present = (count > 0).sum()  # the number of distinct labels, as a tensor (no host sync)
     p_sum = pn.new_zeros(g, pn.shape[1]).index_add(0, inv, pn)
     z_sum = zn.new_zeros(g, zn.shape[1]).index_add(0, inv, zn)
     pair_sum = (p_sum * z_sum).sum(1)  # sum over all (i, j) in the group, i = j included
     # masks instead of boolean indexing / `if`: no extra host-device sync, and the result keeps a grad_fn
     # (a zero that backpropagates zeros) when no group qualifies
     ok = count >= 2
+    size = count.clamp(min=1)  # an empty group of the table divides nothing by zero (its gradient would be NaN)
     if not exclude_self:
-        per_group = torch.where(ok, pair_sum / count**2, 0.0)
+        per_group = torch.where(ok, pair_sum / size**2, 0.0)
         return -per_group.sum() / ok.sum().clamp(min=1)
     self_sum = pn.new_zeros(g).index_add(0, inv, (pn * zn).sum(1))  # sum_i cos(p_i, z_i) per group
     d_sum = -(pair_sum - self_sum) / (count - 1).clamp(min=1)  # sum_{i in c} D_i
-    k = g if num_clusters is None else num_clusters
-    return torch.where(ok, d_sum / (k * count), 0.0).sum()
+    k = present if num_clusters is None else num_clusters
+    return torch.where(ok, d_sum / (k * size), 0.0).sum()

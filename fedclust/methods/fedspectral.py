@@ -179,8 +179,15 @@ class FedSpectral(FederatedMethod):
         return self.views(x, self._augment_gen)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return self.loss_from_inputs(self.batched_inputs(batch))
+
+    def batched_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The batch's two views, drawn from the client's generator (the step's only randomness)."""
         x = batch["x"]
-        z1, z2 = self.projector(self.trunk(self._view(x))), self.projector(self.trunk(self._view(x)))
+        return {"x1": self._view(x), "x2": self._view(x)}  # drawn in this order, as the views always were
+
+    def loss_from_inputs(self, inputs: dict[str, Tensor]) -> Tensor:
+        z1, z2 = self.projector(self.trunk(inputs["x1"])), self.projector(self.trunk(inputs["x2"]))
         return self.representation_loss(z1, z2)
 
     def representation_loss(self, z1: Tensor, z2: Tensor) -> Tensor:

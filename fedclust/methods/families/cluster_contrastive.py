@@ -148,10 +148,22 @@ class ClusterContrastiveFC(FederatedMethod):
                     module.reset_parameters()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        x, lam = batch["x"], self.hparams.lam
-        frozen = self._frozen["net"] if lam and not self.hparams.standalone else None
+        return self.loss_from_inputs(self.batched_inputs(batch))
+
+    def batched_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Stage 1 (SimSiam): the batch's two views, drawn from the client's generator; the cluster stage: the
+        un-augmented images and their pseudo-labels."""
+        x = batch["x"]
         if self._pseudo is None:  # SimSiam (stage 1, or stage 2 of SCFC)
-            x1, x2 = self.views(x, self._augment_gen), self.views(x, self._augment_gen)
+            return {"x1": self.views(x, self._augment_gen), "x2": self.views(x, self._augment_gen)}
+        labels = self._pseudo[torch.searchsorted(self._client_indices, batch["index"].to(x.device))]
+        return {"x": x, "labels": labels}
+
+    def loss_from_inputs(self, inputs: dict[str, Tensor]) -> Tensor:
+        lam = self.hparams.lam
+        frozen = self._frozen["net"] if lam and not self.hparams.standalone else None
+        if "labels" not in inputs:
+            x1, x2 = inputs["x1"], inputs["x2"]
             z1, z2 = self.encoder(x1), self.encoder(x2)
             p1, p2 = self.predictor(z1), self.predictor(z2)
             loss = simsiam_loss(p1, p2, z1, z2)
@@ -160,11 +172,12 @@ class ClusterContrastiveFC(FederatedMethod):
                     g1, g2 = frozen(x1), frozen(x2)
                 loss = loss + lam * 0.5 * (model_contrastive_loss(p1, g1) + model_contrastive_loss(p2, g2))
             return self._regularised(loss, [z1, z2])
-        labels = self._pseudo[torch.searchsorted(self._client_indices, batch["index"].to(x.device))]
+        x = inputs["x"]
         z = self.encoder(x)
         p = self.predictor(z)
-        loss = cluster_contrastive_loss(p, z, labels, exclude_self=self.hparams.exclude_self,
-                                        num_clusters=self.num_clusters)
+        # the pseudo-labels are global cluster ids: grouped over a table of num_clusters rows (a fixed shape)
+        loss = cluster_contrastive_loss(p, z, inputs["labels"], exclude_self=self.hparams.exclude_self,
+                                        num_clusters=self.num_clusters, label_count=self.num_clusters)
         if frozen is not None:
             with torch.no_grad():
                 g = frozen(x)
