@@ -29,6 +29,6 @@ def decorrelation_loss(z: torch.Tensor) -> torch.Tensor:
     n, d = z.shape
     if n < 2:
         return z.sum() * 0.0
-    k = correlation_matrix(z.float())
+    k = correlation_matrix(z.to(torch.promote_types(z.dtype, torch.float32)))  # bf16 up, float64 kept
     off = k - torch.diag_embed(torch.diagonal(k))
     return off.pow(2).sum() / d**2

@@ -62,4 +62,4 @@ class CCFCPlusPlus(ClusterContrastiveFC):
         stage = self.ctx.stage.name if self.ctx is not None else None
         if not hp.decorrelation_weight or hp.decorrelation_stages not in ("both", stage):
             return None
-        return hp.decorrelation_weight * sum(decorrelation_loss(z.float()) for z in zs) / len(zs)
+        return hp.decorrelation_weight * sum(decorrelation_loss(z) for z in zs) / len(zs)

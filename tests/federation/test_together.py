@@ -25,7 +25,7 @@ from fedclust.contract import LOCAL_WEIGHTS, OPTIMIZER, RoundContext
 from fedclust.errors import ConfigError
 from fedclust.federation import together
 from fedclust.federation.config import FederationConfig
-from fedclust.methods import FedCC, FedSpectral
+from fedclust.methods import CCFCPlusPlus, FedCC, FedSpectral
 from fedclust.run import fit
 from tests.conftest import tiny_ccfc, tiny_data
 from tests.helpers.tiny import build, interrupted_after_round
@@ -111,7 +111,7 @@ def float64_samples(monkeypatch):
     monkeypatch.setattr(client_data.FederatedData, "gather", lambda self, idx: real(self, idx).double())
 
 
-METHODS = {"FedSpectral": tiny_fedspectral, "CCFC": tiny_ccfc,
+METHODS = {"FedSpectral": tiny_fedspectral, "CCFC": tiny_ccfc, "CCFC++": lambda: tiny_ccfc(CCFCPlusPlus),
            "CCFC, BatchNorm statistics kept per client": tiny_ccfc}
 
 
