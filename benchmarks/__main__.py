@@ -4,6 +4,7 @@
     python -m benchmarks run NAME [--slots N] [--only LABEL ...] [--where p=1.0 seed=0,1] [--devices 0 1] [--nice 10]
     python -m benchmarks report NAME                           # results/NAME.csv, NAME.md (+ NAME.png)
     python -m benchmarks results                               # docs/results.md from every results/NAME.csv
+    python -m benchmarks holdings RUN... [--min-share 0.2]     # which true clusters each found cluster holds
 
 NAME is a file of benchmarks/experiments (or a YAML path). `run` is resumable: the same command again after
 an interruption skips what is done and resumes what is checkpointed. Never run it inside CI.
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--replace", action="store_true", help="overwrite a results file a former script wrote")
     results = sub.add_parser("results", help="write docs/results.md from every results/NAME.csv")
     results.add_argument("--output", type=Path, default=common.ROOT / "docs" / "results.md", help="the page to write")
+    holdings = sub.add_parser("holdings", help="which true clusters each found cluster of a finished run holds")
+    holdings.add_argument("run_folders", type=Path, nargs="+")
+    holdings.add_argument("--min-share", type=float, default=0.2, help="a true cluster is listed above this share")
     opts = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "benchmarks", *argv])
     try:
@@ -80,6 +84,11 @@ def _do(opts: argparse.Namespace, command: str) -> int:
             done = states.count("done") + states.count("archived")
             print(f"{exp.name:28s} {done:3d} done {states.count('running'):3d} running "
                   f"{pending:3d} pending  {exp.title}")
+        return 0
+    if opts.command == "holdings":
+        from .cluster_holdings import print_holdings
+
+        print_holdings(opts.run_folders, opts.min_share)
         return 0
     if opts.command == "results":
         from .overview import write

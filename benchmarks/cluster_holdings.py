@@ -5,12 +5,11 @@ For every run folder: its purity, and for each found cluster (a UIFCA model) its
 more than ``--min-share`` of its points, e.g. `model 2: 1,998 = 0 (1,000) + 2 (998)` (two true clusters in one
 model). A model that holds nothing is listed as empty.
 
-Usage: python -m benchmarks.cluster_holdings RUN_FOLDER... [--min-share 0.2]
+Usage: python -m benchmarks holdings RUN_FOLDER... [--min-share 0.2]
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 from collections import Counter
 from pathlib import Path
@@ -41,19 +40,12 @@ def describe(held: dict[int, Counter], min_share: float) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", type=Path, nargs="+")
-    ap.add_argument("--min-share", type=float, default=0.2, help="a true cluster is listed above this share of a model")
-    args = ap.parse_args(argv)
-    for run in args.runs:
+def print_holdings(runs: list[Path], min_share: float = 0.2) -> None:
+    """One line a run folder: its purity and what each found cluster holds."""
+    for run in runs:
         with open(run / "assignments.csv", newline="") as f:
             rows = list(csv.DictReader(f))
         num_labels = len({row["label"] for row in rows})
         held = holdings(rows, num_labels)
         found, labels = (torch.tensor([int(row[key]) for row in rows]) for key in ("cluster", "label"))
-        print(f"{run.name}: purity {purity(found, labels):.4f}; " + "; ".join(describe(held, args.min_share)))
-
-
-if __name__ == "__main__":
-    main()
+        print(f"{run.name}: purity {purity(found, labels):.4f}; " + "; ".join(describe(held, min_share)))

@@ -1,6 +1,7 @@
-"""The one probe script left in benchmarks/ (UIFCA's cluster_holdings, whose figures the UIFCA results quote)."""
+"""The runner's one reading of a finished run besides its report: `python -m benchmarks holdings` (UIFCA's account
+of a run below 100 % purity, which the UIFCA findings quote)."""
 
-from benchmarks.cluster_holdings import main as cluster_holdings
+from benchmarks.__main__ import main
 
 
 def test_cluster_holdings_names_the_true_clusters_each_model_holds_and_the_empty_ones(tmp_path, capsys):
@@ -9,6 +10,6 @@ def test_cluster_holdings_names_the_true_clusters_each_model_holds_and_the_empty
     found_label = [(0, 0)] * 5 + [(0, 1)] * 5 + [(1, 2)] * 4 + [(1, 1)] + [(2, 3)] * 5  # model 3 holds nothing
     rows = [f"{i},0,{label},{found}" for i, (found, label) in enumerate(found_label)]
     (run / "assignments.csv").write_text("index,client,label,cluster\n" + "\n".join(rows) + "\n")
-    cluster_holdings([str(run)])
+    assert main(["holdings", str(run)]) == 0
     assert capsys.readouterr().out.strip() == ("run: purity 0.7000; model 0: 10 = 0 (5) + 1 (5); model 1: 5 = 2 (4); "
                                                "model 2: 5 = 3 (5); model 3: empty")
