@@ -12,7 +12,7 @@ from tests.helpers.tiny_images import write_tiny_cifar10, write_tiny_stl10
 
 SHORT = {
     "ccfcpp": ["--method.init_args.pretrain_rounds", "1", "--method.init_args.cluster_rounds", "1",
-               "--method.init_args.batch_size", "16"],
+               "--method.init_args.batch_size", "16", "--federation.min_summary_size", "3"],
     "fedspectral": ["--method.init_args.rounds", "2", "--method.init_args.batch_size", "16",
                     "--federation.min_summary_size", "3",
                     "--method.init_args.round_vote", "2"],
