@@ -244,7 +244,8 @@ class _Stacked:
 
     def _adam(self, i: int, p: Tensor, grad: Tensor, idx: Tensor | None) -> None:
         """torch.optim.Adam's update (no amsgrad) of parameter i of the clients at ``idx`` (None: all), in place on
-        ``p``; the bias corrections from each client's own step count, in float64 as torch computes them."""
+        ``p``; the bias corrections from each client's own step count, in float64 as torch computes them. Written
+        here because torch's functional adam takes one step count per tensor, not one per client of a stack."""
         pick = (lambda t: t) if idx is None else (lambda t: t[idx])
         exp_avg, exp_avg_sq, steps = pick(self.exp_avg[i]), pick(self.exp_avg_sq[i]), pick(self.steps[i]) + 1
         if self.weight_decay:

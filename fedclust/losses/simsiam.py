@@ -46,21 +46,16 @@ def cluster_contrastive_loss(p: torch.Tensor, z: torch.Tensor, labels: torch.Ten
     Vectorised with no loop over groups: sum_{i,j in c} p_i . z_j = (sum_{i in c} p_i) . (sum_{j in c} z_j),
     so only per-group sums of the normalised vectors are needed (O(B d), no B x B matrix).
 
-    ``label_count``: the labels are known to lie in [0, label_count), and the groups are the rows of a table of
-    that many (absent labels are empty groups, which add nothing): the same value, with shapes that do not depend
-    on the labels' values, as torch.func.vmap needs. None: the groups are the distinct labels of the batch.
+    ``label_count``: the labels lie in [0, label_count) (CCFC passes its k); the groups are the rows of a table
+    of that many, absent labels empty groups that add nothing, so no shape depends on the labels' values (as
+    torch.func.vmap needs). None: the largest label + 1 (one host sync).
     """
     pn = F.normalize(p, dim=1)
     zn = F.normalize(z.detach(), dim=1)
-    if label_count is None:
-        uniq, inv = torch.unique(labels, return_inverse=True)
-        g = uniq.numel()
-        count = torch.bincount(inv, minlength=g).to(pn.dtype)
-        present = uniq.numel()
-    else:
-        g, inv = label_count, labels
-        count = pn.new_zeros(g).index_add(0, inv, pn.new_ones(inv.shape))
-        present = (count > 0).sum()  # the number of distinct labels, as a tensor (no host sync)
+    g = int(labels.max()) + 1 if label_count is None else label_count
+    count = pn.new_zeros(g).index_add(0, labels, pn.new_ones(labels.shape))
+    present = (count > 0).sum()  # the number of distinct labels, as a tensor (no host sync)
+    inv = labels
     p_sum = pn.new_zeros(g, pn.shape[1]).index_add(0, inv, pn)
     z_sum = zn.new_zeros(g, zn.shape[1]).index_add(0, inv, zn)
     pair_sum = (p_sum * z_sum).sum(1)  # sum over all (i, j) in the group, i = j included
