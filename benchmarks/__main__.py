@@ -1,10 +1,5 @@
-"""The one runner of the declared experiments (benchmarks/README.md).
-
-    python -m benchmarks list [NAME ...]                       # runs done / running / pending (NAME: each run)
-    python -m benchmarks run NAME [--slots N] [--only LABEL ...] [--where p=1.0 seed=0,1] [--devices 0 1] [--nice 10]
-    python -m benchmarks report NAME                           # results/NAME.csv, NAME.md (+ NAME.png)
-    python -m benchmarks results                               # docs/results.md from every results/NAME.csv
-    python -m benchmarks holdings RUN... [--min-share 0.2]     # which true clusters each found cluster holds
+"""The one runner of the declared experiments (benchmarks/README.md): `python -m benchmarks --help` lists its
+commands (list, run, report, results; holdings, step and peer for what an experiment cannot declare).
 
 NAME is a file of benchmarks/experiments (or a YAML path). `run` is resumable: the same command again after
 an interruption skips what is done and resumes what is checkpointed. Never run it inside CI.
@@ -13,6 +8,7 @@ an interruption skips what is done and resumes what is checkpointed. Never run i
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -20,6 +16,7 @@ from pathlib import Path
 from fedclust.errors import FedclustError
 
 from . import common
+from .step_probe import VARIANTS as STEP_VARIANTS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +45,23 @@ def main(argv: list[str] | None = None) -> int:
     holdings = sub.add_parser("holdings", help="which true clusters each found cluster of a finished run holds")
     holdings.add_argument("run_folders", type=Path, nargs="+")
     holdings.add_argument("--min-share", type=float, default=0.2, help="a true cluster is listed above this share")
+    step = sub.add_parser("step", help="CCFC's local step eager and under torch.compile (results/gpu_step.csv)")
+    step.add_argument("--device", default="cuda", help="cuda, or cpu (eager only) to check the probe")
+    step.add_argument("--variants", nargs="+", choices=STEP_VARIANTS, default=STEP_VARIANTS, metavar="KIND:PRECISION",
+                      help=f"of {', '.join(STEP_VARIANTS)} (default: all)")
+    step.add_argument("--steps", type=int, default=200, help="timed steps per variant")
+    step.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation happens there)")
+    peer = sub.add_parser("peer", help="Flower's simulation against fedclust, A B (results/flower_peer.csv)")
+    peer.add_argument("--clients", type=int, nargs="+", default=[10, 100])
+    peer.add_argument("--rounds", type=int, default=3, help="rounds per run (the first is the warm-up)")
+    peer.add_argument("--pairs", type=int, default=1, help="A B pairs per client count")
+    peer.add_argument("--accelerator", default="cpu", choices=["cpu", "cuda"], help="both sides'")
+    peer.add_argument("--flower-python", default=sys.executable, help="an interpreter that has flwr[simulation]")
+    peer.add_argument("--flower-site", help="a folder put before PYTHONPATH for Flower's side (its unpacked stack)")
+    peer.add_argument("--flower-cpus", type=float, default=1, help="CPUs per Flower client (Ray actor)")
+    peer.add_argument("--flower-gpus", type=float, default=0.0, help="GPU share per Flower client (Ray actor)")
+    peer.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="fedclust's torch threads")
+    peer.add_argument("--precision", default="auto", help="fedclust's fabric.precision")
     opts = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "benchmarks", *argv])
     try:
@@ -89,6 +103,17 @@ def _do(opts: argparse.Namespace, command: str) -> int:
         from .cluster_holdings import print_holdings
 
         print_holdings(opts.run_folders, opts.min_share)
+        return 0
+    if opts.command == "step":
+        from .step_probe import measure
+
+        print(measure(opts.device, opts.variants, opts.steps, opts.warmup, opts.results / "gpu_step.csv"))
+        return 0
+    if opts.command == "peer":
+        from .flower_peer import peer
+
+        print(peer(opts.clients, opts.rounds, opts.pairs, opts.accelerator, opts.flower_python, opts.flower_site,
+                   opts.flower_cpus, opts.flower_gpus, opts.threads, opts.precision, opts.results / "flower_peer.csv"))
         return 0
     if opts.command == "results":
         from .overview import write

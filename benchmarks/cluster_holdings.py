@@ -3,9 +3,7 @@ purity (issue 23: UIFCA's Table 1 cells, "which local optimum"). Labels are read
 
 For every run folder: its purity, and for each found cluster (a UIFCA model) its size and the true clusters holding
 more than ``--min-share`` of its points, e.g. `model 2: 1,998 = 0 (1,000) + 2 (998)` (two true clusters in one
-model). A model that holds nothing is listed as empty.
-
-Usage: python -m benchmarks holdings RUN_FOLDER... [--min-share 0.2]
+model). A model that holds nothing is listed as empty. `python -m benchmarks holdings RUN_FOLDER...` prints it.
 """
 
 from __future__ import annotations

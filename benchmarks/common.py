@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import platform
 import subprocess
@@ -42,3 +43,15 @@ def git_commit() -> str:
     if not head:
         return "unknown"
     return head + ("-dirty" if git("status", "--porcelain", "--", "fedclust", "callbacks", "configs") else "")
+
+
+def append_row(path: Path, columns: list[str], row: dict) -> None:
+    """One row added to a CSV (its header first if the file is new), and printed: rows that survive a cut-off call."""
+    new = not path.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+    print(",".join(str(row.get(c, "")) for c in columns), flush=True)

@@ -1,28 +1,6 @@
-"""An experiment declared as data (benchmarks/experiments/NAME.yaml), read and checked strictly.
-
-    title: k-FED and k-means on Fashion-MNIST      # the results file's heading
-    data: Fashion-MNIST, all 70,000 images         # the data scale, in words
-    notes: one run per cell; ...                   # optional: what a reader must know beside the table
-                                                   # (a blank line in a folded note starts a new paragraph)
-    overrides: {data.split: test}                  # optional: `fedclust fit` overrides of every run
-    grid:                                          # crossed with every config that has no grid of its own
-      data.p: [0, 0.5, 1]                          # a fit key (dotted) -> its values
-      partition:                                   # a named axis: case -> overrides (set together)
-        iid: {data.partition: iid}
-        dir01: {data.partition: dirichlet, data.alpha: 0.1}
-    configs:
-      - label: k-FED                               # the method as tables show it; entries may share one
-        config: kfed_fmnist                        # a packaged config's name or a YAML path
-        overrides: {data.normalize: none}          # optional
-        grid: {seed: [0, 1]}                       # optional: this entry's grid instead of the one above
-    metrics: [nmi, kappa, rounds, seconds_per_round, commit]
-    paper:                                         # optional: published cells, shown beside fedclust's
-      - metric: nmi
-        source: CCFC Table 1, Fashion-MNIST NMI (70,000 images)
-        by: data.p                                 # the grid key the cells are keyed by (omit: one per label)
-        cells: {k-FED: {0: 0.5932, 0.5: 0.6143, 1: 0.5452}, KM: 0.6070}
-    table: {columns: [method, p, nmi, kappa, commit], group_by: [partition]}   # group_by optional
-    plot: {x: data.p, y: nmi}                      # optional: NAME.png, one line per label
+"""An experiment declared as data (benchmarks/experiments/NAME.yaml), read and checked strictly: its schema, with an
+example, is benchmarks/README.md's "Declaring one" (title, data, notes, overrides, grid of lists or named axes,
+configs with label / config / overrides / grid, metrics, paper cells, table, plot, curve).
 
 Metrics: final.json's (nmi, acc, ari, kappa, purity; the last scored round while a run goes on), the last row
 of diagnostics.csv (runs with `diagnose: true`: embed_kmeans_nmi, effective_rank, ...), and from the run

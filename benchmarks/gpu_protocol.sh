@@ -14,18 +14,18 @@
 # FEDCLUST_GPU_RUNS (default /tmp/fedclust_gpu) holds the run folders; FEDCLUST_GPU_EXPERIMENT names another
 # experiment (the tests run a tiny one on the CPU).
 #
-# Speed (issue 46 items 3-4), rows of benchmarks/results/gpu_speed.csv, written by benchmarks/flower_peer.py's `gpu`:
+# Speed (issue 46 items 3-4): three legs, each in calls of its own, their rows returned under $OUT:
 #   here, once:        bash benchmarks/gpu_protocol.sh prepare; bash benchmarks/gpu_protocol.sh prepare-flower
-#   device run, carry [".whl", ".data"]:   bash benchmarks/gpu_protocol.sh speed --budget 500
-#       CCFC's protocol (70,000 images, 10 and 100 clients) cut to 3 + 1 rounds in each speed mode (fp32, sequential,
-#       auto: the clients trained together), the local step eager / torch.compile / CUDA graph, then the whole
-#       100 + 30 rounds end to end (auto, then fp32)
-#   device run, carry [".whl", ".whl_flower", ".data_test"]:   bash benchmarks/gpu_protocol.sh speed --legs peer
-#       Flower's simulation against fedclust, both on the GPU, flower_peer.py's workload (10,000 images)
-#   then here:         cp <files_at>/gpu_speed.csv benchmarks/results/   (and the log, for the write-up)
-# Flower's stack (30 MB packed) and all 70,000 images (31 MB) do not travel together inside a call's 64 MiB. A
-# leg measured at this commit is skipped; a protocol run cut off by the budget resumes while the machine is warm.
-# `speed --dry-run` runs every leg but the peer's on the CPU with a tiny subset (tests/benchmarks/test_gpu_speed.py).
+#   device run, carry [".whl", ".data"]:  bash benchmarks/gpu_protocol.sh speed --budget 420
+#       the gpu_speed experiment: CCFC's protocol (70,000 images, 10 and 100 clients) cut to 3 + 1 rounds in each
+#       speed mode (fp32, sequential, auto: the clients trained together), then the whole 100 + 30 rounds (auto,
+#       fp32); resumable like `run`; writes $OUT/gpu_speed.{csv,md}
+#   device run, carry [".whl", ".data"]:  bash benchmarks/gpu_protocol.sh step --budget 240
+#       CCFC's local step eager and under torch.compile (default and reduce-overhead: CUDA graphs): $OUT/gpu_step.csv
+#   device run, carry [".whl", ".whl_flower", ".data_test"]:  bash benchmarks/gpu_protocol.sh peer --budget 420
+#       Flower's simulation against fedclust, both on the GPU, the peer's workload (10,000 images): $OUT/flower_peer.csv
+#   then here: copy the returned CSV rows to benchmarks/results/ (a done gpu_speed run found there is not run again)
+# Flower's stack (30 MB packed) and all 70,000 images (31 MB) do not travel together inside a call's 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${FEDCLUST_GPU_RUNS:-/tmp/fedclust_gpu}
@@ -79,31 +79,36 @@ case "${1:-}" in
     exec "${bench[@]}" --results "${OUT:-benchmarks/results}" report "$experiment" ;;
   speed)
     shift
-    budget=500
+    budget=420
     if [ "${1:-}" = "--budget" ]; then budget=$2; shift 2; fi
-    args=(--budget "$budget" --runs "$runs/speed" --csv "${FEDCLUST_GPU_SPEED_CSV:-benchmarks/results/gpu_speed.csv}")
-    if [ "${1:-}" = "--dry-run" ]; then  # every leg but the peer's, on the CPU, on 600 test images: the logic only
-      shift
-      args+=(--accelerator cpu --clients 2 3 --images 600
-             "--fit-args=--data.split test --data.subsample 600 --data.partition iid --federation.min_summary_size 5"
-             --short-rounds 1 1 --full-rounds 2 1 --full-modes auto --variants eager:fp32 compile:fp32
-             --step-count 3)
-    elif ls .whl_flower/*.tar.xz >/dev/null 2>&1; then  # Flower's stack for the peer leg, unpacked once a machine
-      site=/tmp/fedclust_flower_site
-      if [ ! -f "$site/.unpacked" ]; then
-        rm -rf "$site" && mkdir -p "$site" && xz -dc .whl_flower/*.tar.xz | tar -x -C "$site" && touch "$site/.unpacked"
+    status=0
+    timeout -s INT -k 60 "$budget" "${bench[@]}" run gpu_speed --nice 0 "$@" || status=$?
+    [ "$status" -eq 124 ] && echo "budget of $budget s spent: the next call goes on"
+    "${bench[@]}" --results "${OUT:-benchmarks/results}" report gpu_speed
+    [ "$status" -eq 0 ] || [ "$status" -eq 124 ] ;;
+  step|peer)
+    leg=$1
+    shift
+    budget=240
+    if [ "${1:-}" = "--budget" ]; then budget=$2; shift 2; fi
+    args=()
+    if [ "$leg" = peer ]; then  # both sides on the GPU; Flower's clients as its examples: 2 CPUs and 1/8 GPU an actor
+      args=(--accelerator cuda --flower-cpus 2 --flower-gpus 0.125 --threads 8)
+      if ls .whl_flower/*.tar.xz >/dev/null 2>&1; then  # Flower's stack, unpacked once a machine
+        site=/tmp/fedclust_flower_site
+        if [ ! -f "$site/.unpacked" ]; then
+          rm -rf "$site" && mkdir -p "$site" && xz -dc .whl_flower/*.tar.xz | tar -x -C "$site" && touch "$site/.unpacked"
+        fi
+        args+=(--flower-site "$site")
       fi
-      args+=(--flower-site "$site")
     fi
-    if [ -n "${OUT:-}" ]; then
-      mkdir -p "$OUT"
-      timeout -s INT -k 30 $((budget + 90)) python3 -u benchmarks/flower_peer.py gpu "${args[@]}" --out "$OUT" "$@" \
-        2>&1 | tee -a "$OUT/gpu_speed.log"
-    else
-      timeout -s INT -k 30 $((budget + 90)) python3 -u benchmarks/flower_peer.py gpu "${args[@]}" "$@"
-    fi ;;
+    status=0
+    timeout -s INT -k 30 "$budget" "${bench[@]}" --results "${OUT:-benchmarks/results}" "$leg" "${args[@]}" "$@" \
+      || status=$?
+    [ "$status" -eq 124 ] && echo "budget of $budget s spent: the rows above are what finished"
+    [ "$status" -eq 0 ] || [ "$status" -eq 124 ] ;;
   *)
     echo "usage: bash benchmarks/gpu_protocol.sh prepare | prepare-flower | run [--budget S] [--only LABEL ...] |" \
-      "report | speed [--budget S] [--dry-run] [--legs short step full peer] [flower_peer.py gpu options]" >&2
+      "report | speed [--budget S] [--only LABEL ...] | step [--budget S] [step options] | peer [--budget S] [peer options]" >&2
     exit 2 ;;
 esac
