@@ -11,7 +11,7 @@ from fedclust.data.config import DataConfig
 from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
 from fedclust.methods import UIFCA
-from fedclust.methods.uifca import _AffineBatchNLL, affine_log_probs
+from fedclust.nn.affine_stack import AffineBatchNLL, affine_log_probs
 from fedclust.nn.flows import AffineFlow
 from fedclust.run_folder import CHECKPOINT
 from tests.helpers.tiny import build, interrupted_after_round, tiny_uifca
@@ -218,7 +218,7 @@ def test_stacked_affine_gradient_and_scores_equal_autograd_through_each_flow(tri
     stacked = [torch.stack([getattr(f, n).detach() for f in flows]).requires_grad_() for n in names]
     centred = x - stacked[names.index("bias")].detach()[:, None]
     weighted = centred * weights[..., None]
-    loss = _AffineBatchNLL.apply(weights.sum(1), weighted.sum(1), weighted.transpose(1, 2) @ centred, names, *stacked)
+    loss = AffineBatchNLL.apply(weights.sum(1), weighted.sum(1), weighted.transpose(1, 2) @ centred, names, *stacked)
     expected = sum((flow.nll(x[j]) * weights[j]).sum() for j, flow in enumerate(flows))
     assert torch.allclose(loss, expected.detach(), rtol=1e-5)
     loss.backward()
