@@ -82,7 +82,7 @@ def _fake_done_point(root, point, record):
 def test_a_comment_edit_of_the_config_leaves_a_finished_point_done(tmp_path):
     """The fingerprint covers what the config says, not its bytes: a comment or layout edit changes nothing a run
     computes, so its finished points stay; a changed value still sets them aside."""
-    from fedclust.sweep import _set_aside_if_stale, fingerprint
+    from fedclust.sweep.points import fingerprint, set_aside_if_stale
 
     config = tmp_path / "c.yaml"
     config.write_text("# first words\nseed: 1\ndata: {name: digits}\n")
@@ -90,17 +90,17 @@ def test_a_comment_edit_of_the_config_leaves_a_finished_point_done(tmp_path):
     root = tmp_path / "sweep"
     _fake_done_point(root, point, json.dumps({"fingerprint": fingerprint(point)}))
     config.write_text("# other words\nseed: 1\ndata:\n  name: digits\n")
-    _set_aside_if_stale(root, point)
+    set_aside_if_stale(root, point)
     assert (root / point.name / "final.json").exists()
     config.write_text("seed: 2\ndata: {name: digits}\n")
-    _set_aside_if_stale(root, point)
+    set_aside_if_stale(root, point)
     assert not (root / point.name).exists() and (root / f"{point.name}.stale-1" / "final.json").exists()
 
 
 def test_records_of_the_former_byte_fingerprint_still_count_and_a_damaged_record_sets_aside(tmp_path):
     import hashlib
 
-    from fedclust.sweep import _set_aside_if_stale
+    from fedclust.sweep.points import set_aside_if_stale
 
     config = tmp_path / "c.yaml"
     config.write_text("seed: 1\n")
@@ -108,8 +108,8 @@ def test_records_of_the_former_byte_fingerprint_still_count_and_a_damaged_record
     former = hashlib.sha256(config.read_bytes() + json.dumps(point.overrides, sort_keys=True).encode()).hexdigest()
     root = tmp_path / "sweep"
     _fake_done_point(root, point, json.dumps({"fingerprint": former}))
-    _set_aside_if_stale(root, point)
+    set_aside_if_stale(root, point)
     assert (root / point.name / "final.json").exists()
     (root / ".points" / f"{point.name}.json").write_text("{not json")
-    _set_aside_if_stale(root, point)  # untrusted file: no traceback, the folder is kept aside, not reused
+    set_aside_if_stale(root, point)  # untrusted file: no traceback, the folder is kept aside, not reused
     assert (root / f"{point.name}.stale-1" / "final.json").exists()

@@ -21,7 +21,7 @@ GRID = ["data.name=digits", "data.num_clients=2", "data.partition=iid", "seed=1,
 
 
 def _fake_fit(root, point, slot_env, group, console, record=None):
-    """_run_point without the fit: its start record, the folder a finished point leaves (final.json) and the
+    """run_point without the fit: its start record, the folder a finished point leaves (final.json) and the
     ledger fields."""
     from fedclust.sweep import fingerprint
 
@@ -34,10 +34,10 @@ def _fake_fit(root, point, slot_env, group, console, record=None):
 
 
 def test_debug_executor_runs_every_point_in_its_folder_and_skips_done_ones(tmp_path, monkeypatch):
-    import fedclust.sweep as sweep_module
+    import fedclust.sweep.points as sweep_module
 
     calls = []
-    monkeypatch.setattr(sweep_module, "_run_point", lambda *a, **k: (calls.append(a[1].name), _fake_fit(*a, **k)))
+    monkeypatch.setattr(sweep_module, "run_point", lambda *a, **k: (calls.append(a[1].name), _fake_fit(*a, **k)))
     root = tmp_path / "sweep"
     runs = sweep(KFED, GRID, str(root), executor="submitit-debug")
     assert [(r["name"], r["status"]) for r in runs] == [("seed=1", "done"), ("seed=2", "done")]
@@ -96,9 +96,9 @@ def test_slurm_job_array_asks_what_the_settings_say_and_resubmits_only_points_no
 
 def test_cli_takes_the_executor_and_slurm_settings(tmp_path, monkeypatch, capsys):
     """The command line (and its torch-free precheck) knows --executor and --slurm_*."""
-    import fedclust.sweep as sweep_module
+    import fedclust.sweep.points as sweep_module
 
-    monkeypatch.setattr(sweep_module, "_run_point", _fake_fit)
+    monkeypatch.setattr(sweep_module, "run_point", _fake_fit)
     root = tmp_path / "sweep"
     assert main(["sweep", "--config", KFED, *[a for g in GRID for a in ("--grid", g)], "--sweep_dir", str(root),
                  "--executor", "submitit-debug", "--slurm_time", "30", "--slurm_gpus", "0",

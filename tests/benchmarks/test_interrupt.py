@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from fedclust import sweep
 from fedclust.sweep import Point, run_points
+from fedclust.sweep import points as sweep_points
 
 
 def test_sigint_starts_no_further_point(tmp_path, monkeypatch):
@@ -19,7 +19,7 @@ def test_sigint_starts_no_further_point(tmp_path, monkeypatch):
         os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C reaches the whole process group
         time.sleep(0.5)  # the running fit winds down
 
-    monkeypatch.setattr(sweep, "_run_point", fake_run_point)
+    monkeypatch.setattr(sweep_points, "run_point", fake_run_point)
     # a pytest started in the background (`nohup ... &`) inherits SIGINT ignored; the test needs Python's default
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     points = [Point(f"p{i}", "unused.yaml", {}) for i in range(3)]

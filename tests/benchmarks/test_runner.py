@@ -15,8 +15,8 @@ from benchmarks.common import git_commit
 from benchmarks.experiment import load
 from benchmarks.report import MARK, measure, report
 from benchmarks.runner import run, select, state
-from fedclust import sweep
 from fedclust.sweep import fingerprint
+from fedclust.sweep import points as sweep_points
 
 
 def _fake_run(root, run, final=True, commit="abc123def456", record_fingerprint=None):
@@ -106,7 +106,7 @@ def test_run_skips_done_points_and_records_the_commit_of_the_others(tiny, monkey
         started[point.name] = record
         point.status = "done"
 
-    monkeypatch.setattr(sweep, "_run_point", fake_run_point)
+    monkeypatch.setattr(sweep_points, "run_point", fake_run_point)
     runs = run(exp, root, "python -m benchmarks run tiny --only k-FED", slots=2, only=["k-FED"], nice=0)
     assert [r["status"] for r in runs] == ["done"] * 4
     assert sorted(started) == [r.point.name for r in exp.runs[1:]]  # the done point is not run again
@@ -173,7 +173,7 @@ def test_a_fresh_checkout_keeps_the_committed_rows_of_runs_whose_folders_are_gon
     assert "| k-FED | done | 1 | 0.7500 |" in text and "2 of 4 runs done; 2 of them read back" in text
 
     started = []
-    monkeypatch.setattr(sweep, "_run_point", lambda root_, point, *a, **k: started.append(point.name))
+    monkeypatch.setattr(sweep_points, "run_point", lambda root_, point, *a, **k: started.append(point.name))
     run(exp, root, "run", nice=0, kept=kept)
     assert started == [r.point.name for r in exp.runs[2:]]  # archived runs are not run again
 
@@ -206,7 +206,7 @@ def test_where_runs_only_the_points_whose_grid_values_match(tiny, monkeypatch):
     assert [r.values["seed"] for r in select(exp, None, ["seed=2,4"])] == [2, 4]
     assert [r.values["seed"] for r in select(exp, None, ["seed=3.0"])] == [3]  # numbers compare as numbers
     started = []
-    monkeypatch.setattr(sweep, "_run_point", lambda root_, point, *a, **k: started.append(point.name))
+    monkeypatch.setattr(sweep_points, "run_point", lambda root_, point, *a, **k: started.append(point.name))
     run(exp, root, "run", nice=0, where=["seed=1"])
     assert started == [exp.runs[0].point.name]
     for bad in ("colour=red", "seed", "seed="):
