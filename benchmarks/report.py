@@ -208,23 +208,12 @@ def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
     dates = f"{min(r['started'] for r in made)} to {max(r['started'] for r in made)}" if made else "none yet"
     carried = sum(bool(row.get("archived")) for row in rows)
     unrecorded = sum(bool(row.get("archived")) and not row["started"] for row in rows)
-    lines = [MARK, f"# {exp.title}", "",
+    lines = [MARK, f"# {exp.title}", "",  # the table first, with the command that wrote it; how it was made below
              f"Command: {', '.join(f'`{c}`' for c in commands)}, then `{command}` ({_shown(exp.path)}; "
              f"{sum(r['state'] == 'done' for r in rows)} of {len(rows)} runs done"
              + (f"; {carried} of them read back from the committed {exp.name}.csv, their run folders not on the "
                 "machine that wrote this file (benchmarks/archive.py)" if carried else "") + ").", "",
-             f"Machine: {'; '.join(machines)}. The runs' commands started {dates}"
-             + (f" ({unrecorded} runs read back from a table written before the CSV kept machine and date: their "
-                "commit column says what they ran, the history of this file when)" if unrecorded else "")
-             + f"; this file written {now()} on {machine(False)}.",
-             "", f"Data: {exp.data}", ""]
-    for paragraph in exp.note_paragraphs:
-        lines += [paragraph, ""]
-    lines += ["Settings:", ""] + [f"- {entry['label']}: `{entry['config']}`" + "".join(
-        f"; {part} {_describe(entry[part])}" for part in ("overrides", "grid") if part in entry)
-        for entry in exp.entries]
-    lines += [f"- grid of the others: {_describe(exp.grid) or 'none'}; every run: "
-              f"{_describe(exp.common) or 'no override'}", ""]
+             f"Data: {exp.data}", ""]
     lines += [f"Paper cells (paper {ref['metric']}): {ref['source']}." for ref in exp.paper] + [""] * bool(exp.paper)
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -236,6 +225,18 @@ def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
         keys = exp.grid_keys
         lines += ["| " + " | ".join(str(row.get(k, "")) if k in keys else _cell(k, row.get(k)) for _, k in shown)
                   + " |" for row in members] + [""]
+    lines += ["## How the runs were made", "",
+              f"Machine: {'; '.join(machines)}. The runs' commands started {dates}"
+              + (f" ({unrecorded} runs read back from a table written before the CSV kept machine and date: their "
+                 "commit column says what they ran, the history of this file when)" if unrecorded else "")
+              + f"; this file written {now()} on {machine(False)}.", ""]
+    for paragraph in exp.note_paragraphs:
+        lines += [paragraph, ""]
+    lines += ["Settings:", ""] + [f"- {entry['label']}: `{entry['config']}`" + "".join(
+        f"; {part} {_describe(entry[part])}" for part in ("overrides", "grid") if part in entry)
+        for entry in exp.entries]
+    lines += [f"- grid of the others: {_describe(exp.grid) or 'none'}; every run: "
+              f"{_describe(exp.common) or 'no override'}", ""]
     return "\n".join(lines)
 
 
