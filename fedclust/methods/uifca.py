@@ -15,11 +15,8 @@ Choices the paper leaves open (ours; what decided each: docs/findings/uifca.md):
 - `restarts` R: R independent starts (own models, own first assignment) trained side by side, K * R flows. At each
   re-assignment a client sends per start the sum over its samples of the best model's log-likelihood (UIFCA's
   objective, negated), counted as its sample count (the privacy floor); the server keeps the start with the highest
-  total (`restart_choice: likelihood`) or, where the likelihood is unbounded (a flow collapsing onto a subspace),
-  the start whose partition agrees most with the others' (`consensus`: mean NMI from the clients' summed
-  contingency tables between starts, clustering/consensus.py; ties by the total). After `restart_rounds` cluster
-  rounds that start alone trains on; without it all train to the end and one last round, training nothing, scores
-  the final models. No label is read.
+  total and predicts with it. After `restart_rounds` cluster rounds that start alone trains on; without it all train
+  to the end and one last round, training nothing, scores the final models. No label is read.
 - Affine flows (x = W z + b, the paper's "planar" map; `affine_triangular` = lower-triangular W, the same densities)
   train stacked, on each batch's moments with the analytic gradient; a step's batch is the next N samples of a
   per-round shuffle of S_{i,k}. Images: RealNVP with cyclic (paper) or checkerboard masks, dequantised.
@@ -35,7 +32,6 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from fedclust.clustering.consensus import consensus_scores, contingency_tables
 from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.kfed import central_kfed, local_kfed
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
@@ -82,18 +78,14 @@ class UIFCA(FederatedMethod):
         init_noise: Std of the noise added to each copy of a start's first random model.
         reinit_models: Re-draw the models at the start of every cluster round.
         kfed_k_local: Local clusters of the k-FED initialisation (None: K).
-        restarts: R independent starts trained side by side; predict uses the one `restart_choice` keeps.
-        restart_choice: "likelihood": the start whose models give the data the highest total log-likelihood
-            (summed over the clients); "consensus": the start whose partition shares the most information with the
-            other starts' (for data whose likelihood is unbounded), ties broken by the total.
-        restart_rounds: Cluster rounds the R starts train side by side; after them the kept start continues alone.
-            None: all T, the start chosen on the final models.
+        restarts: R independent starts trained side by side; predict uses the one whose models give the data the
+            highest total log-likelihood (summed over the clients).
+        restart_rounds: Cluster rounds the R starts train side by side; after them the start with the highest
+            total continues alone. None: all T, the start chosen on the final models.
     """
 
     # the k-FED start's local centres and their clusters' sizes; with restarts, each start's log-likelihood total
-    # and the contingency tables between starts (R * R rows of K * K counts)
-    summary_keys = {"centres": "centre_counts", "log_likelihood": "log_likelihood_counts",
-                    "agreement": "agreement_counts"}
+    summary_keys = {"centres": "centre_counts", "log_likelihood": "log_likelihood_counts"}
 
     def __init__(self, num_clusters: int | None = None,
                  flow: Literal["affine", "affine_triangular", "planar", "realnvp"] = "affine",
@@ -103,14 +95,12 @@ class UIFCA(FederatedMethod):
                  optimizer: Literal["sgd", "adam"] = "sgd", lr: float = 0.01,
                  init: Literal["models", "random", "kfed"] = "models", init_noise: float = 0.01,
                  reinit_models: bool = False,
-                 kfed_k_local: int | None = None, restarts: int = 1, restart_rounds: int | None = None,
-                 restart_choice: Literal["likelihood", "consensus"] = "likelihood"):
+                 kfed_k_local: int | None = None, restarts: int = 1, restart_rounds: int | None = None):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         self.client_maps: list[dict[int, Tensor]] = []  # k-FED start, per start: local centre -> global cluster
         self.best_restart = 0
         self.restart_log_likelihood: Tensor | None = None  # the last totals the clients sent, one per start
-        self.restart_consensus: Tensor | None = None  # each start's mean NMI with the others (restart_choice consensus)
         self.start_fixed = False  # after restart_rounds: the kept start alone trains on
         self._stacked: dict[str, Tensor] = {}  # affine flows: each parameter of all flows as one tensor
 
@@ -129,8 +119,6 @@ class UIFCA(FederatedMethod):
         for name in ("cluster_rounds", "communication_rounds", "local_steps", "batch_size", "restarts"):
             if hp[name] < 1:
                 raise ConfigError(f"method.{name}", hp[name], "a positive integer")
-        if hp.restart_choice not in ("likelihood", "consensus"):
-            raise ConfigError("method.restart_choice", hp.restart_choice, "likelihood or consensus")
         if hp.restart_rounds is not None and hp.restart_rounds < 1:
             raise ConfigError("method.restart_rounds", hp.restart_rounds, "a positive integer, or null for all T")
 
@@ -230,20 +218,11 @@ class UIFCA(FederatedMethod):
             super().aggregate(averaged, updates, ctx)  # FedAvg of model k weighted by |S_{i,k}|
 
     def _keep_best_start(self, updates: list[ClientUpdate]) -> None:
-        """The start whose models give the clients' data the highest total log-likelihood, or (consensus) whose
-        partition agrees most with the other starts', ties by the total (no label is read)."""
+        """The start whose models give the clients' data the highest total log-likelihood (no label is read)."""
         totals = [u.payload["log_likelihood"].double().cpu() for u in updates if "log_likelihood" in u.payload]
-        if not totals:
-            return
-        self.restart_log_likelihood = torch.stack(totals).sum(0)
-        order = torch.nan_to_num(self.restart_log_likelihood, nan=-math.inf)
-        tables = [u.payload["agreement"].double().cpu() for u in updates if "agreement" in u.payload]
-        if self.hparams.restart_choice == "consensus" and tables:
-            r, k = self.hparams.restarts, self.num_clusters
-            self.restart_consensus = consensus_scores(torch.stack(tables).sum(0).view(r, r, k, k))
-            tied = self.restart_consensus >= self.restart_consensus.max() - 1e-9
-            order = order.masked_fill(~tied, -math.inf)  # the totals are clamped finite: a tied start wins
-        self.best_restart = int(order.argmax())
+        if totals:
+            self.restart_log_likelihood = torch.stack(totals).sum(0)
+            self.best_restart = int(torch.nan_to_num(self.restart_log_likelihood, nan=-math.inf).argmax())
 
     def _central_kfed(self, updates: list[ClientUpdate], ctx: RoundContext) -> None:
         """k-FED's server step once per start, on the rows of that start's block in each client's centres."""
@@ -259,14 +238,12 @@ class UIFCA(FederatedMethod):
 
     def server_state(self) -> dict[str, Any]:
         return {"client_maps": self.client_maps, "best_restart": self.best_restart,
-                "restart_log_likelihood": self.restart_log_likelihood, "restart_consensus": self.restart_consensus,
-                "start_fixed": self.start_fixed}
+                "restart_log_likelihood": self.restart_log_likelihood, "start_fixed": self.start_fixed}
 
     def load_server_state(self, state: dict[str, Any]) -> None:
         self.client_maps = [dict(maps) for maps in state["client_maps"]]
         self.best_restart = int(state.get("best_restart", 0))
         self.restart_log_likelihood = state.get("restart_log_likelihood")
-        self.restart_consensus = state.get("restart_consensus")
         self.start_fixed = bool(state.get("start_fixed", False))
 
     # --- client ---------------------------------------------------------------------------------------
@@ -274,20 +251,17 @@ class UIFCA(FederatedMethod):
         self._x = ctx.data.all_x()
         self._noise_gen = ctx.generator("dequantize")
         self._scores = None  # this visit's log-likelihood totals, one per start, when it computes them
-        self._agreement: Tensor | None = None  # and the contingency tables between the starts' assignments
         if self._affine and self._stacked and not self._flows_view_stack():
             raise RuntimeError("UIFCA's flows no longer share memory with the tensors its optimizer steps (was the "
                                "method moved or copied after configure_optimizers?): build it again")
         if ctx.stage.name == "kfed-init":
             return
         if ctx.stage.name == "select":
-            self._scores, by_models = self._score_and_assign(self._x)
-            self._agreement = contingency_tables(by_models, self.num_clusters)
+            self._scores, _ = self._score_and_assign(self._x)
             return
         t = ctx.round // self.hparams.communication_rounds
         if ctx.state.get("cluster_round") != t:  # a new cluster round: re-assign (Algorithm 2, line 8)
             self._scores, by_models = self._score_and_assign(self._x)
-            self._agreement = contingency_tables(by_models, self.num_clusters)
             ctx.state["assignment"] = self._initial_assignment(ctx, by_models) if t == 0 else by_models
             ctx.state["cluster_round"] = t
         self._members = self._membership(ctx.state["assignment"])
@@ -365,11 +339,8 @@ class UIFCA(FederatedMethod):
             return self._local_kfed(ctx, x)
         if self._scores is None or self.hparams.restarts == 1 or self.start_fixed or len(x) < ctx.min_summary_size:
             return {}  # nothing (more) to choose; below the floor a client's total may not leave it
-        sent = {"log_likelihood": self._scores, "log_likelihood_counts": torch.full_like(self._scores, float(len(x)))}
-        if self.hparams.restart_choice == "consensus":  # R * R tables of K * K counts, each over all n samples
-            tables = self._agreement.flatten(0, 1).flatten(1)
-            sent.update(agreement=tables, agreement_counts=tables.new_full((len(tables),), float(len(x))))
-        return sent
+        return {"log_likelihood": self._scores,
+                "log_likelihood_counts": torch.full_like(self._scores, float(len(x)))}
 
     def _kfed_width(self) -> int:
         return self.hparams.kfed_k_local or self.num_clusters

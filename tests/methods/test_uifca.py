@@ -2,10 +2,8 @@ import math
 
 import pytest
 import torch
-from sklearn.metrics import normalized_mutual_info_score
 
 from fedclust.callbacks.checkpoint import load_checkpoint
-from fedclust.clustering.consensus import contingency_tables
 from fedclust.contract import ClientContext, ClientUpdate
 from fedclust.data.config import DataConfig
 from fedclust.errors import ConfigError
@@ -282,34 +280,3 @@ def test_each_start_takes_its_own_kfed_clusters_as_first_assignment(k_local):
         first = torch.cat([orch.client_states[c]["assignment"][start] for c in range(2)])
         assert len(set(zip(first.tolist(), truth.tolist()))) == 2  # a one-to-one labelling of the two clusters
     assert len(orch.method.client_maps) == 3
-
-
-def test_consensus_keeps_the_start_agreeing_most_with_the_others_from_summed_tables(server_inputs):
-    orch = build(restarting(restart_choice="consensus"), data_cfg=small_gaussian(p=0.5))
-    orch.run()
-    stage, _, updates = server_inputs[-1]
-    assert stage == "select"
-    for update in updates:  # 3 x 3 tables of 2 x 2 counts, each row over all of the client's 200 samples
-        assert update.payload["agreement"].shape == (9, 4)
-        assert update.payload["agreement_counts"].tolist() == [200.0] * 9
-        assert update.payload["agreement"].sum(1).tolist() == [200.0] * 9
-    x = torch.cat([orch.data.client(c, 32).all_x() for c in range(orch.data.num_clients)])
-    method = orch.method
-    choice = method._log_probs(x).unflatten(0, (3, -1)).argmax(1)  # each start's partition of every sample
-    nmi = torch.tensor([[normalized_mutual_info_score(a, b) for b in choice] for a in choice])
-    expected = (nmi.sum(1) - 1) / 2
-    assert torch.allclose(method.restart_consensus.float(), expected.float(), atol=1e-6)
-    best = expected >= expected.max() - 1e-6
-    assert best[method.best_restart]  # the best consensus, ties by the total
-    assert method.best_restart == int(every_start_total(orch).masked_fill(~best, -math.inf).argmax())
-
-
-def test_consensus_ties_go_to_the_higher_total_and_labels_never_enter():
-    method = restarting(restart_choice="consensus")
-    method.num_clusters = 2
-    same = torch.tensor([[0, 1, 0, 1]] * 2 + [[0, 0, 1, 1]])  # starts 0 and 1 agree; start 2 disagrees
-    tables = contingency_tables(same, 2).flatten(0, 1).flatten(1)
-    updates = [ClientUpdate(0, 4, {"log_likelihood": torch.tensor([-9.0, -5.0, 100.0], dtype=torch.float64),
-                                   "agreement": tables})]
-    method._keep_best_start(updates)
-    assert method.best_restart == 1  # start 2 has the highest total but agrees with nobody
