@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("name")
     run.add_argument("--slots", type=int, default=1, help="runs at a time on the CPU (threads: cores / slots)")
     run.add_argument("--only", nargs="+", metavar="LABEL", help="only these configs' labels")
-    run.add_argument("--where", nargs="+", metavar="KEY=VALUES",
-                     help="only the runs whose grid values match, e.g. p=1.0 seed=0,1")
+    run.add_argument("--where", nargs="+", metavar="KEY=VALUES", help="only runs whose grid values match: p=1 seed=0,1")
     run.add_argument("--devices", type=int, nargs="+", help="GPU ids, one run per GPU at a time")
     run.add_argument("--nice", type=int, default=10, help="niceness of the runs (0: as this shell)")
     run.add_argument("--threads", type=int, help="threads per run (default: cores / slots)")
@@ -71,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C, or gpu_protocol.sh's budget (timeout -s INT): the sweep said how to go on
         return 130
+    except BrokenPipeError:  # `list | head` stopped reading: nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _do(opts: argparse.Namespace, command: str) -> int:
