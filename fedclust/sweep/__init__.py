@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
@@ -43,7 +42,6 @@ from rich.console import Console
 
 from fedclust.errors import ConfigError
 from fedclust.parsers import command_parser
-from fedclust.run_folder import read_final_metrics
 from fedclust.sweep import points as _points  # run_point by attribute: tests replace it
 from fedclust.sweep.points import (
     Ledger,
@@ -53,10 +51,10 @@ from fedclust.sweep.points import (
     fingerprint,
     fingerprint_of,
     made_with,
+    mark_done,
     parse_grid,
-    print_summary,
-    set_aside_if_stale,
     start_record,
+    summed_up,
 )
 
 __all__ = ["Point", "check", "expand", "fingerprint", "fingerprint_of", "made_with", "parse_grid", "run_points",
@@ -128,18 +126,12 @@ def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[in
     group = group or root.name
     ledger = Ledger(root / "sweep.json", points)
     console = Console()
-    for point in points:
-        set_aside_if_stale(root, point)
-        if (root / point.name / "final.json").exists():
-            point.status = "done"
-            point.metrics = read_final_metrics(root / point.name / "final.json")
+    mark_done(root, points)
     todo = [p for p in points if p.status != "done"]
     console.print(f"sweep {root}: {len(points)} runs, {len(points) - len(todo)} already done, "
                   f"{len(slot_envs)} slot(s)")
     if dry_run or not todo:
-        ledger.write()
-        print_summary(console, points)
-        return [asdict(p) for p in points]
+        return summed_up(ledger, console, points)
     free: queue.Queue[dict[str, str]] = queue.Queue()
     for env in slot_envs:
         free.put(env)
@@ -158,9 +150,7 @@ def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[in
     except KeyboardInterrupt:
         console.print("sweep interrupted: run the same command again to finish it (finished runs are kept)")
         raise
-    ledger.write()
-    print_summary(console, points)
-    return [asdict(p) for p in points]
+    return summed_up(ledger, console, points)
 
 
 def sweep_parser() -> ArgumentParser:

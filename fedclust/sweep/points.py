@@ -175,6 +175,15 @@ def set_aside_if_stale(root: Path, point: Point) -> None:
     saved.unlink(missing_ok=True)
 
 
+def mark_done(root: Path, points: list[Point]) -> None:
+    """Before a sweep starts: each point's folder set aside if made with other settings, and a finished one (its
+    final.json) marked done with its metrics, so neither the local queue nor the job array runs it again."""
+    for point in points:
+        set_aside_if_stale(root, point)
+        if (root / point.name / "final.json").exists():
+            point.status, point.metrics = "done", read_final_metrics(root / point.name / "final.json")
+
+
 class Ledger:
     """sweep.json, rewritten after every finished run (thread-safe, atomic)."""
 
@@ -184,6 +193,13 @@ class Ledger:
     def write(self) -> None:
         with self.lock:  # strict JSON (a NaN score is null), atomically
             write_json(self.path, [asdict(p) for p in self.points], "sweep_dir")
+
+
+def summed_up(ledger: Ledger, console: Console, points: list[Point]) -> list[dict]:
+    """Where a sweep call ends: the ledger written, the summary table printed, the points as sweep returns them."""
+    ledger.write()
+    print_summary(console, points)
+    return [asdict(p) for p in points]
 
 
 def print_summary(console: Console, points: list[Point]) -> None:

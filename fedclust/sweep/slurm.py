@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from fedclust.errors import ConfigError
-from fedclust.run_folder import read_final_metrics, write_json
+from fedclust.run_folder import write_json
 from fedclust.sweep import points as _points  # run_point by attribute: tests replace it
-from fedclust.sweep.points import Ledger, Point, print_summary, set_aside_if_stale
+from fedclust.sweep.points import Ledger, Point, mark_done, summed_up
 
 
 @dataclass
@@ -68,21 +68,17 @@ def submit_points(root: Path, points: list[Point], executor: str, slurm: SlurmCo
     jobs_file = root / ".submitit" / "jobs.json"
     jobs = _read_jobs(jobs_file)
     coming = []
+    mark_done(root, points)
     for point in points:
-        set_aside_if_stale(root, point)
-        if (root / point.name / "final.json").exists():
-            point.status = "done"
-            point.metrics = read_final_metrics(root / point.name / "final.json")
-        elif executor == "slurm" and point.name in jobs and _slurm_state(root, jobs[point.name]) in _LIVE:
+        if point.status != "done" and executor == "slurm" and point.name in jobs and (
+                _slurm_state(root, jobs[point.name]) in _LIVE):
             point.status = "submitted"
             coming.append(point)
     todo = [p for p in points if p.status not in ("done", "submitted")]
     console.print(f"sweep {root}: {len(points)} runs, {sum(p.status == 'done' for p in points)} already done, "
                   f"{len(coming)} queued or running, {len(todo)} to submit ({executor})")
     if dry_run or not todo:
-        ledger.write()
-        print_summary(console, points)
-        return [asdict(p) for p in points]
+        return summed_up(ledger, console, points)
     ex = submitit_executor(root, executor, slurm)
     n = len(todo)
     submitted = ex.map_array(PointJob(), [str(root)] * n, todo, [group] * n, [record] * n, [os.getcwd()] * n)
@@ -95,8 +91,7 @@ def submit_points(root: Path, points: list[Point], executor: str, slurm: SlurmCo
     if executor == "slurm" and not slurm.wait:
         console.print("not waiting: the same command again reports the points and submits those neither done nor "
                       "queued")
-        print_summary(console, points)
-        return [asdict(p) for p in points]
+        return summed_up(ledger, console, points)
     try:
         for job in submitit.helpers.as_completed(submitted):
             point = todo[submitted.index(job)]
@@ -112,9 +107,7 @@ def submit_points(root: Path, points: list[Point], executor: str, slurm: SlurmCo
     except KeyboardInterrupt:
         console.print("stopped waiting: the submitted points go on; run the same command again to see them")
         raise
-    ledger.write()
-    print_summary(console, points)
-    return [asdict(p) for p in points]
+    return summed_up(ledger, console, points)
 
 
 class PointJob:
