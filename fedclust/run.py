@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,6 +71,7 @@ from fedclust.run_checks import (
     rank_zero_before_launch,
 )
 from fedclust.run_folder import CHECKPOINT, RunFolder
+from fedclust.run_outcome import fewer_clusters, unusable_run
 
 RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
 
@@ -408,48 +408,6 @@ def write_results(run: Run, final: dict[str, float]) -> None:
         with (folder / "run.log").open("a") as log_file:
             log_file.write(f"note: {note}\n")
         run.console.print(f"note: {note}", markup=False, highlight=False)
-
-
-def fewer_clusters(method: FederatedMethod, clusters: torch.Tensor) -> str | None:
-    """A sentence when the final model puts the samples in fewer clusters than method.num_clusters asks (more than
-    the server's summaries or samples can give: the quick start asked for 500 forms 152), else None."""
-    asked = getattr(method, "num_clusters", None)
-    if not isinstance(asked, int):
-        return None
-    found = int(torch.unique(clusters[clusters >= 0]).numel())
-    if found == 0 or found >= asked:  # (no clustering at all: the run says that itself)
-        return None
-    return (f"method.num_clusters asked for {asked} clusters and the final model puts the {len(clusters)} samples in "
-            f"only {found} ({type(method).__name__} formed no more from what its server clusters: the clients' "
-            "samples or summaries).")
-
-
-def unusable_run(history: list[dict], stages: list, final: dict[str, float]) -> str | None:
-    """Why a finished run gave nothing usable, as a statement of fact, or None: a stage in which the engine left
-    out every client's update in every round (each was non-finite), or a final model with no finite score (it
-    assigns no cluster). Rounds where only some clients diverged, or every client was disconnected, are not this."""
-    all_rejected = [r for r in history if int(r.get("clients", 1)) == 0 and int(r.get("rejected", 0)) > 0]
-    lost_stages = [stage.name for index, stage in enumerate(stages) if stage.rounds
-                   and sum(int(r["stage"]) == index for r in all_rejected) == stage.rounds]
-    facts = []
-    if lost_stages:
-        rounds = _ranges([int(r["round"]) for r in all_rejected])
-        facts.append(f"every client update was non-finite in round{'s' if ',' in rounds or '-' in rounds else ''} "
-                     f"{rounds} (all of stage{'s' if len(lost_stages) > 1 else ''} {', '.join(lost_stages)})")
-    if not any(isinstance(v, (int, float)) and math.isfinite(v) for v in final.values()):
-        facts.append("the final model gives no finite clustering score (every final metric is NaN)")
-    return ", and ".join(facts) or None
-
-
-def _ranges(numbers: list[int]) -> str:
-    """[1, 2, 3, 7] -> '1-3, 7'."""
-    spans: list[list[int]] = []
-    for n in sorted(numbers):
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def fit_parser() -> ArgumentParser:

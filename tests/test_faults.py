@@ -21,8 +21,8 @@ from fedclust.data import datasets
 from fedclust.errors import DataFileError, FedclustError
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
-from fedclust.run import unusable_run
 from fedclust.run_folder import json_text, read_final_metrics, write_json
+from fedclust.run_outcome import unusable_run
 from tests.conftest import tiny_ccfc, tiny_data
 
 QUICK = ["fit", "--config", "quickstart", "--progress", "false"]

@@ -241,7 +241,7 @@ def test_a_model_with_fewer_clusters_than_asked_says_so(tmp_path, capsys):
 def test_the_note_is_about_the_clusters_found():
     import torch
 
-    from fedclust.run import fewer_clusters
+    from fedclust.run_outcome import fewer_clusters
 
     class FedToy:
         num_clusters = 500
