@@ -55,9 +55,8 @@ def cluster_contrastive_loss(p: torch.Tensor, z: torch.Tensor, labels: torch.Ten
     g = int(labels.max()) + 1 if label_count is None else label_count
     count = pn.new_zeros(g).index_add(0, labels, pn.new_ones(labels.shape))
     present = (count > 0).sum()  # the number of distinct labels, as a tensor (no host sync)
-    inv = labels
-    p_sum = pn.new_zeros(g, pn.shape[1]).index_add(0, inv, pn)
-    z_sum = zn.new_zeros(g, zn.shape[1]).index_add(0, inv, zn)
+    p_sum = pn.new_zeros(g, pn.shape[1]).index_add(0, labels, pn)
+    z_sum = zn.new_zeros(g, zn.shape[1]).index_add(0, labels, zn)
     pair_sum = (p_sum * z_sum).sum(1)  # sum over all (i, j) in the group, i = j included
     # masks instead of boolean indexing / `if`: no extra host-device sync, and the result keeps a grad_fn
     # (a zero that backpropagates zeros) when no group qualifies
@@ -66,7 +65,7 @@ def cluster_contrastive_loss(p: torch.Tensor, z: torch.Tensor, labels: torch.Ten
     if not exclude_self:
         per_group = torch.where(ok, pair_sum / size**2, 0.0)
         return -per_group.sum() / ok.sum().clamp(min=1)
-    self_sum = pn.new_zeros(g).index_add(0, inv, (pn * zn).sum(1))  # sum_i cos(p_i, z_i) per group
+    self_sum = pn.new_zeros(g).index_add(0, labels, (pn * zn).sum(1))  # sum_i cos(p_i, z_i) per group
     d_sum = -(pair_sum - self_sum) / (count - 1).clamp(min=1)  # sum_{i in c} D_i
     k = present if num_clusters is None else num_clusters
     return torch.where(ok, d_sum / (k * size), 0.0).sum()
