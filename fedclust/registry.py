@@ -43,6 +43,7 @@ METHODS: dict[str, MethodEntry] = {e.name: e for e in (
                 "fixed groups under the privacy floor, spectral clustering of the summaries"),
     MethodEntry("KFED", "kfed", "k-FED (Dennis, Li & Smith, ICML 2021)", embeds=False),
     MethodEntry("KMeans", "kmeans", "centralized k-means baseline", embeds=False),
+    MethodEntry("DCN", "dcn", "centralized DCN (Yang et al. 2017), PPFC-GAN's server clusterer on real data"),
     MethodEntry("Spectral", "spectral", "centralized spectral clustering (Ng, Jordan & Weiss 2002), FedSpectral's "
                 "no-training, no-federation reference", embeds=False),
     MethodEntry("FCM", "fcm", "fuzzy c-means (Bezdek 1981), centralized", embeds=False),

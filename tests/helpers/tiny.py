@@ -18,6 +18,7 @@ from fedclust.federation.config import FederationConfig
 from fedclust.federation.orchestrator import Orchestrator
 from fedclust.methods import (
     CC,
+    DCN,
     FCM,
     FFCM,
     KFED,
@@ -165,6 +166,7 @@ TINY_METHODS = {
     "CCFCPlusPlus": (lambda: tiny_ccfc(cls=CCFCPlusPlus, decorrelation_weight=1.0), None),
     "KFED": (lambda: KFED(k_local=10), None),
     "KMeans": (KMeans, _one_client),
+    "DCN": (lambda: DCN(latent_dim=4, ae_hidden=(16,), pretrain_epochs=1, cluster_epochs=1), _one_client),
     "Spectral": (Spectral, _one_client),
     "FCM": (lambda: FCM(max_iter=20), _one_client),
     "FFCM": (lambda: FFCM(max_rounds=2), None),
