@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from fedclust.data.finite import refuse_non_finite
 from fedclust.errors import ConfigError, DataFileError
 
 if TYPE_CHECKING:  # datasets.py imports the loaders that import this module
@@ -92,13 +93,7 @@ def feature_matrix(columns: Mapping[str, np.ndarray], source: str) -> np.ndarray
     with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below by name
         x32 = x.astype(np.float32)
     if not np.isfinite(x32).all():
-        for name, block in blocks.items():
-            with np.errstate(over="ignore"):
-                bad = np.flatnonzero(~np.isfinite(block.astype(np.float32)).all(axis=1))
-            if len(bad):
-                raise DataFileError(f"{source}: column {name!r} holds NaN (missing), infinite or too large values "
-                                    f"({len(bad)} rows, the first is row {int(bad[0])}); features must be finite "
-                                    "numbers: drop or fill those rows")
+        refuse_non_finite(blocks, source)
     return x32
 
 

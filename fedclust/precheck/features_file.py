@@ -1,6 +1,6 @@
 """A user's own feature file (`data.name: features`: .npy, .npz, .csv) judged before torch is imported: one that holds
-NaN or infinite values is refused with the very sentence the run gives (fedclust/data/own_data.py's
-feature_matrix, which the run reaches through fedclust/data/features.py).
+NaN or infinite values is refused by the run's own function (fedclust/data/finite.py, which own_data.py's
+feature_matrix calls), so with the very sentence the run gives.
 
 The run's readers import torch with own_data.py, so this reads the file again with numpy alone, the way features.py
 does; tests/precheck/test_features_file.py pins every sentence against the run's. It refuses only non-finite
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedclust.errors import DataFileError
+from fedclust.data.finite import refuse_non_finite
 
 MAX_BYTES = 256 << 20  # larger files are read once, by the run
 
@@ -55,18 +55,7 @@ def check_features_file(root, split, options: dict) -> None:
         blocks[name] = block
     if not blocks or len({len(b) for b in blocks.values()}) != 1 or not len(next(iter(blocks.values()))):
         return
-    _refuse_non_finite(blocks, str(file))
-
-
-def _refuse_non_finite(blocks: dict[str, np.ndarray], source: str) -> None:
-    """own_data.feature_matrix's refusal, column by column in the same order."""
-    for name, block in blocks.items():
-        with np.errstate(over="ignore"):
-            bad = np.flatnonzero(~np.isfinite(block.astype(np.float32)).all(axis=1))
-        if len(bad):
-            raise DataFileError(f"{source}: column {name!r} holds NaN (missing), infinite or too large values "
-                                f"({len(bad)} rows, the first is row {int(bad[0])}); features must be finite "
-                                "numbers: drop or fill those rows")
+    refuse_non_finite(blocks, str(file))
 
 
 def _read(file: Path, suffix: str, named: tuple) -> dict[str, np.ndarray] | None:
