@@ -170,3 +170,30 @@ def test_with_fedavg_the_averaged_generator_is_recalibrated_before_it_synthesise
     build(tiny_ppfc(federated_gan=False), data_cfg=tiny_data(num_clients=2)).run()
     build(tiny_ppfc(federated_gan=True, recalibrate_bn=False), data_cfg=tiny_data(num_clients=2)).run()
     assert calls == [1]
+
+
+def test_l2_dcn_trains_on_unit_images_and_labels_real_images_whatever_their_scale(monkeypatch):
+    import fedclust.methods.ppfc_gan as module
+
+    seen = []
+    real_train = module.train_dcn
+
+    def spy(x, *args, **kwargs):
+        seen.append(x)
+        return real_train(x, *args, **kwargs)
+
+    monkeypatch.setattr(module, "train_dcn", spy)
+    g = torch.Generator().manual_seed(0)
+    synthetic = torch.rand(80, 1, 8, 8, generator=g) * 5
+    updates = [ClientUpdate(0, 40, {"synthetic": synthetic[:40]}), ClientUpdate(1, 40, {"synthetic": synthetic[40:]})]
+    method = tiny_ppfc(num_clusters=3, ae_hidden=(16,), latent_dim=3, pretrain_epochs=2, cluster_epochs=1,
+                       dcn_batch_size=16, kmeans_redo=1, dcn_normalize="l2")
+    method.build(DataInfo(3, 1, 8, 64, True))
+    method.aggregate(None, updates, RoundContext(Stage("synthesize", 1, 0), 1, 0, 0))
+    assert seen[0].shape == (80, 64) and torch.allclose(seen[0].norm(dim=1), torch.ones(80))
+    real = torch.rand(20, 1, 8, 8, generator=g)
+    with torch.no_grad():
+        assert torch.equal(method.assign(real), method.assign(real * 7))  # only the direction counts
+        raw = tiny_ppfc(num_clusters=3, ae_hidden=(16,), latent_dim=3)
+        raw.build(DataInfo(3, 1, 8, 64, True))
+        assert torch.equal(raw._dcn_input(real), real.flatten(1))  # the default keeps raw pixels
