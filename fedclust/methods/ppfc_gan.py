@@ -8,9 +8,9 @@ client generates as many synthetic images as it holds, in eval mode, and sends t
 al. 2017; fedclust/clustering/dcn.py) on all of them: MLP autoencoder d-500-500-2000-10, 50 reconstruction epochs,
 k-means, 50 joint epochs with lam = 0.05 (DCN's MNIST values), batch 256, Adam 1e-3. A real image (raw [0, 1]
 pixels: `data.normalize: none`) takes the nearest DCN centroid of its embedding. `dcn_normalize: l2` has the DCN see
-every image (synthetic and real) L2-normalised instead: the paper does not say which geometry its DCN saw, and on
-real training-split images the DCN alone scores 0.5489 raw against 0.6133 normalised (docs/findings/orderings.md),
-the size of fedclust's gap to the paper; raw pixels (DCN's own set-up) stay the default.
+every image (synthetic and real) L2-normalised instead: the paper does not say which geometry its DCN saw, and the
+geometry is the measured cause of fedclust's gap to the paper (docs/findings/orderings.md, "PPFC-GAN's gap"); raw
+pixels (DCN's own set-up) stay the default.
 
 Sent: the synthetic images, once (payload "synthetic": the only data-shaped payload, as the paper shares it); GAN
 weights only with `federated_gan: true`.
