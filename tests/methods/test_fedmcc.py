@@ -141,6 +141,16 @@ def test_cluster_loss_is_equation_9():
     assert method.instance_loss(*z).item() == pytest.approx(expected.item())
 
 
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_entropy_weight_scales_equation_9s_entropy_terms_only(weight):
+    from fedclust.losses.contrastive import cluster_entropy, nt_xent
+
+    c = [torch.softmax(torch.randn(6, 4), 1) for _ in range(4)]
+    contrast = 0.5 * (nt_xent(c[0].T, c[3].T, 1.0) + nt_xent(c[2].T, c[1].T, 1.0))
+    expected = contrast + weight * sum(map(cluster_entropy, c))
+    assert tiny_fedmcc(entropy_weight=weight).cluster_loss(*c).item() == pytest.approx(expected.item())
+
+
 def bn_free(method):
     """Swap the BatchNorm encoders for per-sample ones: chunked gradients must then equal the ordinary ones."""
     torch.manual_seed(1)
@@ -187,6 +197,8 @@ def test_bad_options_name_the_field():
         FedMCC(ema_decay=1.0)
     with pytest.raises(ConfigError, match="method.cluster_ema_decay"):
         FedMCC(cluster_ema_decay=1.0)
+    with pytest.raises(ConfigError, match="method.entropy_weight"):
+        FedMCC(entropy_weight=-1.0)
     with pytest.raises(ConfigError, match="method.memory_efficient_chunk"):
         FedMCC(memory_efficient_chunk=0)
     with pytest.raises(ConfigError, match="method.augment"):

@@ -83,10 +83,12 @@ class MomentumClusterStage:
         self.target_cluster_head = frozen_copy(self.cluster_head)
 
     def cluster_loss(self, ca_o: Tensor, cb_o: Tensor, ca_t: Tensor, cb_t: Tensor) -> Tensor:
-        """Eq. (9): cluster-column contrast across online/target and views + the four entropy terms."""
+        """Eq. (9): cluster-column contrast across online/target and views + the four entropy terms (weighted by
+        `entropy_weight` where a method has it: 1, the paper's unweighted sum, otherwise)."""
         tau = self.hparams.cluster_temperature
         contrast = 0.5 * (nt_xent(ca_o.T, cb_t.T, tau) + nt_xent(ca_t.T, cb_o.T, tau))
-        return contrast + sum(cluster_entropy(c) for c in (ca_o, cb_o, ca_t, cb_t))
+        weight = self.hparams.get("entropy_weight", 1.0)
+        return contrast + weight * sum(cluster_entropy(c) for c in (ca_o, cb_o, ca_t, cb_t))
 
     def cluster_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer of g_C (FedMCC has one optimizer for both stages)."""
@@ -153,6 +155,8 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         cluster_ema_decay: m of the cluster projector's target g_C^T in stage 2; None (the default) uses
             `ema_decay`, the one m the paper gives every target (Section II-B). An ablation: 0 makes g_C^T
             follow g_C^O at every step (docs/findings/fedmcc.md).
+        entropy_weight: Weight of eq. (9)'s four entropy terms against its cluster contrast; 1 (the default) is
+            the paper's unweighted sum. An ablation: 0 leaves the contrast alone (docs/findings/orderings.md).
     """
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "resnet18", resize: int | None = None,
@@ -162,10 +166,13 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
                  cluster_temperature: float = 1.0, augment: Literal["color", "simsiam28"] = "color",
                  crop_scale: tuple[float, float] = (0.08, 1.0), memory_efficient_chunk: int | None = None,
                  color_strength: float = 0.5, blur: bool = False, average_target: bool = False,
-                 cluster_target_encoder: Literal["own", "global"] = "own", cluster_ema_decay: float | None = None):
+                 cluster_target_encoder: Literal["own", "global"] = "own", cluster_ema_decay: float | None = None,
+                 entropy_weight: float = 1.0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         check_common(self.hparams, num_clusters)
+        if not entropy_weight >= 0:
+            raise ConfigError("method.entropy_weight", entropy_weight, "a non-negative number")
         for name in ("representation_rounds", "cluster_rounds", "local_epochs", "cluster_local_epochs"):
             if getattr(self.hparams, name) < 1:
                 raise ConfigError(f"method.{name}", getattr(self.hparams, name), "a positive integer")
