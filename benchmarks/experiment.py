@@ -28,7 +28,7 @@ from fedclust.sweep import Point
 FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
 # seconds: the rounds' sum; server_seconds / client_seconds: the median round's server step and one client's step
 FOLDER = ("rounds", "seconds", "seconds_per_round", "peak_memory_mb", "server_seconds", "client_seconds", "summaries",
-          "min_summary", "dp_epsilon", "commit")
+          "min_summary", "dp_epsilon", "commit", "stage2_mean", "stage2_std")  # stage2_*: see CURVE
 KEYS = {"title": str, "data": str, "notes": str, "overrides": dict, "grid": dict, "configs": list,
         "metrics": list, "paper": list, "table": dict, "plot": dict, "curve": dict}
 REQUIRED = ("title", "data", "configs", "metrics", "table")
@@ -36,7 +36,8 @@ ENTRY = {"label": str, "config": str, "overrides": dict, "grid": dict}
 PAPER = {"metric": str, "source": str, "by": str, "cells": dict}
 TABLE = {"columns": list, "group_by": list}
 PLOT = {"x": str, "y": str}
-CURVE = {"metric": str, "rounds": list}  # a per-round table: a metrics.csv or diagnostics.csv column at those rounds
+CURVE = {"metric": str, "rounds": list, "stage2": list}  # a column of metrics.csv or diagnostics.csv at those rounds;
+# stage2: [first, last], the rounds (a second stage) whose mean and standard deviation are the stage2_* metrics
 LABEL_COLUMNS = ("method", "label")
 
 
@@ -229,6 +230,10 @@ def _outputs(exp: Experiment, where: str, table: dict) -> None:
                               f"a per-round column ({', '.join((*FINAL, *DIAGNOSTICS, 'loss'))})")
         if not exp.curve["rounds"] or not all(isinstance(r, int) and r >= 1 for r in exp.curve["rounds"]):
             raise ConfigError(f"{where}: curve.rounds", exp.curve["rounds"], "a list of round numbers from 1")
+    stage = (exp.curve or {}).get("stage2")
+    if (stage is None and {"stage2_mean", "stage2_std"} & {*exp.metrics}) or not (
+            stage is None or len(stage) == 2 and all(isinstance(r, int) for r in stage) and 1 <= stage[0] <= stage[1]):
+        raise ConfigError(f"{where}: curve.stage2", stage, "[first, last], 1 <= first <= last (stage2_* need it)")
     if exp.plot is not None:
         _fields(f"{where}: plot", exp.plot, PLOT, ("x", "y"))
         if exp.key(exp.plot["x"]) is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from fedclust.errors import ConfigError
+from fedclust.run_folder import metric_by_round, rounds_level
 from fedclust.sweep import Point, fingerprint, start_record
 
 from .archive import archived
@@ -95,17 +96,6 @@ def _steps(rows: list[dict]) -> dict[str, float | None]:
                 client_seconds=statistics.median(client) if client else None, summaries=summaries)
 
 
-def per_round(folder: Path, metric: str) -> dict[int, float]:
-    """round -> the metric at that round, from diagnostics.csv or metrics.csv (unscored rounds left out)."""
-    found: dict[int, float] = {}
-    for name in ("metrics.csv", "diagnostics.csv"):
-        for row in _csv(folder / name):
-            at, value = _number(row.get("round")), _number(row.get(metric))
-            if at is not None and value is not None:
-                found[int(at)] = value
-    return found
-
-
 def curve_table(exp: Experiment, root: Path, rows: list[dict]) -> list[str]:
     """The declared metric of every run at the declared rounds, a row per run."""
     metric, rounds = exp.curve["metric"], exp.curve["rounds"]
@@ -116,7 +106,7 @@ def curve_table(exp: Experiment, root: Path, rows: list[dict]) -> list[str]:
             lines.append(f"| {row['label']} | " + " | ".join(str(row.get(k, "")) for k in exp.grid_keys) + " | "
                          + " | ".join("(not here)" for _ in rounds) + " |")
             continue
-        values = per_round(root / row["run"], metric)
+        values = metric_by_round(root / row["run"], metric)
         lines.append(f"| {row['label']} | " + " | ".join(str(row.get(k, "")) for k in exp.grid_keys) + " | "
                      + " | ".join(_cell(metric, values.get(r)) for r in rounds) + " |")
     return [*lines, ""]
@@ -132,6 +122,9 @@ def collect(exp: Experiment, root: Path, kept: dict[str, dict[str, str]] | None 
             found, started = _from_row(kept[run.point.name]), kept[run.point.name]
         else:
             found = measure(root / run.point.name) if status != "stale" else {}
+            if found and (exp.curve or {}).get("stage2"):  # the stage's level (None until all its rounds are in)
+                level = rounds_level(metric_by_round(root / run.point.name, exp.curve["metric"]), *exp.curve["stage2"])
+                found.update(zip(("stage2_mean", "stage2_std"), level or (None, None)))
             started = start_record(root, run.point) if status != "stale" else {}
         row = {"label": run.label, **{k: setting(run.point, k) for k in ("data.name", "seed")}, **run.values,
                "state": "done" if status == "archived" else status, "archived": status == "archived",

@@ -15,12 +15,14 @@ config.yaml with fit's parser.
 
 from __future__ import annotations
 
+import csv
 import errno
 import fcntl
 import json
 import math
 import os
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -160,6 +162,35 @@ def read_final_metrics(path: Path) -> dict[str, float]:
     """The metrics of a final.json, null (a score that could not be computed) read back as nan."""
     metrics = json.loads(Path(path).read_text())["metrics"]
     return {key: math.nan if value is None else value for key, value in metrics.items()}
+
+
+def metric_by_round(folder: Path, metric: str) -> dict[int, float]:
+    """round -> what the run in ``folder`` scored on ``metric`` at that round, from metrics.csv and diagnostics.csv
+    (a diagnostic wins). A run folder is untrusted: unreadable files, unscored rounds and non-numbers are left out."""
+    found: dict[int, float] = {}
+    for name in ("metrics.csv", "diagnostics.csv"):
+        try:
+            with (Path(folder) / name).open(newline="") as table:
+                rows = list(csv.DictReader(table))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        for row in rows:
+            try:
+                at, value = int(row.get("round") or ""), float(row.get(metric) or "")
+            except ValueError:
+                continue
+            if math.isfinite(value):
+                found[at] = value
+    return found
+
+
+def rounds_level(values: dict[int, float], first: int, last: int) -> tuple[float, float] | None:
+    """The mean and sample standard deviation of ``values`` over rounds first..last (a stage's level, which one
+    round's draw is not); None until every one of those rounds is in."""
+    inside = [v for r, v in values.items() if first <= r <= last]
+    if len(inside) < max(2, last - first + 1):
+        return None
+    return statistics.mean(inside), statistics.stdev(inside)
 
 
 def check_writable(path: Path, field: str) -> None:

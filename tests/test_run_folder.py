@@ -135,3 +135,15 @@ def test_evaluate_to_an_unwritable_output_exits_2_in_one_line_before_any_work(tm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "output" in err
     assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_a_metric_by_round_reads_both_tables_and_skips_what_is_not_a_score(tmp_path):
+    from fedclust.run_folder import metric_by_round, rounds_level
+
+    (tmp_path / "metrics.csv").write_text("round,nmi,loss\n1,0.5,1.0\n2,,0.9\n3,0.7,0.8\nx,0.9,1\n4,nan,1\n")
+    (tmp_path / "diagnostics.csv").write_text("round,embed_kmeans_nmi\n1,0.41\n3,0.43\n")
+    assert metric_by_round(tmp_path, "nmi") == {1: 0.5, 3: 0.7}  # unscored, unnumbered and nan rounds left out
+    assert metric_by_round(tmp_path, "embed_kmeans_nmi") == {1: 0.41, 3: 0.43}
+    assert metric_by_round(tmp_path / "missing", "nmi") == {}
+    assert rounds_level({1: 0.5, 2: 0.7, 3: 0.6}, 1, 3) == pytest.approx((0.6, 0.1))
+    assert rounds_level({1: 0.5, 3: 0.6}, 1, 3) is None  # round 2 missing: no level yet

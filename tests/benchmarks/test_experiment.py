@@ -2,6 +2,7 @@
 and every experiment in benchmarks/experiments parses into `fedclust fit` runs the fit parser accepts."""
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from benchmarks.__main__ import main
 from benchmarks.experiment import load, paper_cell
 from benchmarks.report import collect, write_csv
 from fedclust.errors import ConfigError
-from fedclust.sweep import check
+from fedclust.sweep import check, fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "benchmarks" / "experiments"
@@ -40,6 +41,8 @@ def _entry(**changes):
     ({"configs": _entry() * 2}, "configs[1]", "declared twice"),
     ({"curve": {"metric": "nmii", "rounds": [1]}}, "curve.metric", "a per-round column"),
     ({"curve": {"metric": "nmi", "rounds": [0, 2]}}, "curve.rounds", "round numbers from 1"),
+    ({"curve": {"metric": "nmi", "rounds": [1], "stage2": [5, 3]}}, "curve.stage2", "1 <= first <= last"),
+    ({"metrics": ["nmi", "stage2_mean"], "table": {"columns": ["method", "nmi"]}}, "curve.stage2", "stage2_* need it"),
 ])
 def test_a_mistake_is_one_sentence_naming_the_field(write_experiment, tiny_spec, changes, field, words):
     spec = tiny_spec(**changes)
@@ -114,13 +117,22 @@ def test_every_experiment_gives_runs_the_fit_parser_accepts():
             check(run.point)
 
 
-def test_curve_reads_a_metric_per_round_from_either_csv(tmp_path):
-    from benchmarks.report import per_round
-
-    (tmp_path / "metrics.csv").write_text("round,nmi,loss\n1,0.5,1.0\n2,,0.9\n3,0.7,0.8\n")
-    (tmp_path / "diagnostics.csv").write_text("round,embed_kmeans_nmi\n1,0.41\n3,0.43\n")
-    assert per_round(tmp_path, "nmi") == {1: 0.5, 3: 0.7}  # the unscored round 2 is left out
-    assert per_round(tmp_path, "embed_kmeans_nmi") == {1: 0.41, 3: 0.43}
+def test_stage2_is_the_level_of_the_curve_metric_over_its_rounds_once_all_are_in(write_experiment, tiny_spec,
+                                                                                 tmp_path):
+    spec = tiny_spec(metrics=["nmi", "stage2_mean", "stage2_std"], curve={"metric": "nmi", "rounds": [3],
+                                                                            "stage2": [2, 4]},
+                     table={"columns": ["method", "nmi", "stage2_mean", "stage2_std"]})
+    exp = load(str(write_experiment(spec)), ROOT)
+    folder = tmp_path / "runs" / exp.runs[0].point.name
+    folder.mkdir(parents=True)
+    (tmp_path / "runs" / ".points").mkdir()  # the start record a run writes: this folder is the point's run
+    record = {"fingerprint": fingerprint(exp.runs[0].point)}
+    (tmp_path / "runs" / ".points" / f"{exp.runs[0].point.name}.json").write_text(json.dumps(record))
+    (folder / "metrics.csv").write_text("round,nmi\n1,0.1\n2,0.5\n3,0.7\n")
+    assert collect(exp, tmp_path / "runs")[0]["stage2_mean"] is None  # round 4 not in yet: no stage level
+    (folder / "metrics.csv").write_text("round,nmi\n1,0.1\n2,0.5\n3,0.7\n4,0.6\n")
+    row = collect(exp, tmp_path / "runs")[0]
+    assert row["stage2_mean"] == pytest.approx(0.6) and row["stage2_std"] == pytest.approx(0.1)
 
 
 def test_the_results_csv_names_columns_as_the_issues_do(write_experiment, tiny_spec, tmp_path):
