@@ -231,9 +231,9 @@ def _outputs(exp: Experiment, where: str, table: dict) -> None:
         if not exp.curve["rounds"] or not all(isinstance(r, int) and r >= 1 for r in exp.curve["rounds"]):
             raise ConfigError(f"{where}: curve.rounds", exp.curve["rounds"], "a list of round numbers from 1")
     stage = (exp.curve or {}).get("stage2")
-    if (stage is None and {"stage2_mean", "stage2_std"} & {*exp.metrics}) or not (
-            stage is None or len(stage) == 2 and all(isinstance(r, int) for r in stage) and 1 <= stage[0] <= stage[1]):
-        raise ConfigError(f"{where}: curve.stage2", stage, "[first, last], 1 <= first <= last (stage2_* need it)")
+    valid = stage is not None and len(stage) == 2 and all(type(r) is int for r in stage) and 1 <= stage[0] < stage[1]
+    if not valid and (stage is not None or {"stage2_mean", "stage2_std"} & {*exp.metrics}):
+        raise ConfigError(f"{where}: curve.stage2", stage, "[first, last], 1 <= first < last (stage2_* need it)")
     if exp.plot is not None:
         _fields(f"{where}: plot", exp.plot, PLOT, ("x", "y"))
         if exp.key(exp.plot["x"]) is None:
