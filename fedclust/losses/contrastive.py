@@ -26,6 +26,20 @@ def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tenso
     return F.cross_entropy(sim, positives)
 
 
+def supervised_nt_xent(a: torch.Tensor, b: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SupCon's L^sup_out (Khosla et al., NeurIPS 2020) over two matched sets: as nt_xent, but every other row with
+    the same label, in either set, is a positive too (the anchor's loss is the mean over its positives). With all
+    labels distinct it is nt_xent."""
+    n = a.shape[0]
+    z = F.normalize(torch.cat([a, b]), dim=1)
+    itself = torch.eye(2 * n, dtype=torch.bool, device=z.device)
+    sim = (z @ z.T / temperature).masked_fill(itself, float("-inf"))
+    log_prob = sim - torch.logsumexp(sim, dim=1, keepdim=True)
+    y = torch.cat([labels, labels]).to(z.device)
+    positive = (y[:, None] == y[None, :]) & ~itself
+    return -(log_prob.masked_fill(~positive, 0.0).sum(1) / positive.sum(1)).mean()
+
+
 def instance_contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.5) -> torch.Tensor:
     """CC's instance-level loss: NT-Xent over the (B, d) projections of the two views."""
     return nt_xent(z1, z2, temperature)

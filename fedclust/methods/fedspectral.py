@@ -3,8 +3,10 @@
 What it does, each round (findings and figures: docs/findings/fedspectral.md):
 - Clients train one shared model by FedAvg: SimCLR's NT-Xent between two views (Chen et al., ICML 2020) plus
   FedDecorr's decorrelation of z (Shi et al., ICLR 2023), which keeps contrastive training from collapsing into a
-  few directions under label skew. The trunk uses GroupNorm (Hsieh et al., ICML 2020): it learns nothing of a
-  client's class mix from batch statistics.
+  few directions under label skew; optionally (`cluster_weight`) a supervised contrastive term (Khosla et al.,
+  NeurIPS 2020) whose positives are the samples the federation's last clustering put together, so that the
+  representation learns the server's clusters (the idea of Orchestra, Lubana et al., ICML 2022). The trunk uses
+  GroupNorm (Hsieh et al., ICML 2020): it learns nothing of a client's class mix from batch statistics.
 - Each client describes its samples in the clustering space of the round's global model (`cluster_space`: the
   trunk's features, beside the images' histograms of oriented gradients for images: a fixed, brightness-blind
   descriptor of shape, Dalal & Triggs, CVPR 2005) and sends the means of fixed groups of its samples, drawn once
@@ -37,7 +39,7 @@ from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMe
 from fedclust.data.hog import hog
 from fedclust.data.views import ColorViews, SimSiamViews28
 from fedclust.errors import ConfigError, NotFittedError
-from fedclust.losses.contrastive import nt_xent
+from fedclust.losses.contrastive import nt_xent, supervised_nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.nn.backbones import build_backbone
 from fedclust.seeding import int_seed
@@ -80,6 +82,9 @@ class FedSpectral(FederatedMethod):
         spread_alpha: Label spreading's alpha over that graph, in [0, 1) (how far a label travels).
         round_vote: A client labels its samples by a vote over its labels of its last this many evaluated rounds
             (cluster ids renamed by overlap; 1: the last round's alone).
+        cluster_weight: Weight of the supervised contrastive term on z (0: none). From the second round a client
+            labels its samples as it does for evaluation (nearest summary of the server's last clustering, spread
+            over its own graph; no vote, no true label) and treats same-label samples of a batch as positives.
     """
 
     summary_keys = {"summaries": "summary_sizes"}
@@ -90,7 +95,7 @@ class FedSpectral(FederatedMethod):
                  augment: Literal["simsiam28", "color"] = "simsiam28", crop_scale: tuple[float, float] = (0.5, 1.0),
                  blur_sigma: tuple[float, float] = (0.1, 2.0), summary_size: int | None = None, neighbors: int = 5,
                  cluster_space: ClusterSpace = "backbone", hog_cell: int = 4, spread_neighbors: int = 5,
-                 spread_alpha: float = 0.99, round_vote: int = 10):
+                 spread_alpha: float = 0.99, round_vote: int = 10, cluster_weight: float = 0.0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("neighbors", neighbors, 1), ("spread_neighbors", spread_neighbors, 0),
@@ -104,12 +109,14 @@ class FedSpectral(FederatedMethod):
             raise ConfigError("method.cluster_space", cluster_space, ", ".join(CLUSTER_SPACES))
         if not 0 <= spread_alpha < 1:
             raise ConfigError("method.spread_alpha", spread_alpha, "a number in [0, 1)")
-        if not decorrelation_weight >= 0:
-            raise ConfigError("method.decorrelation_weight", decorrelation_weight, "a non-negative number")
+        for name, value in (("decorrelation_weight", decorrelation_weight), ("cluster_weight", cluster_weight)):
+            if not value >= 0:
+                raise ConfigError(f"method.{name}", value, "a non-negative number")
         self.summaries: Tensor | None = None  # server: every client's summaries this round (S, d), unit norm
         self.summary_labels: Tensor | None = None  # server: their clusters (S,)
         self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
         self.space_round = -1  # which round (over all stages) that was
+        self._pseudo: tuple[Tensor, Tensor] | None = None  # client: its sorted sample indices and their labels
 
     def build(self, info: DataInfo) -> None:
         super().build(info)
@@ -163,6 +170,12 @@ class FedSpectral(FederatedMethod):
         self._summaries, self._sizes = group_summaries(h, groups.to(h.device))
         if len(h) < ctx.min_summary_size:  # a client smaller than the floor sends no summary (still trains)
             self._summaries, self._sizes = self._summaries[:0], self._sizes[:0]
+        self._pseudo = None
+        if self.hparams.cluster_weight and self.summaries is not None:
+            # The last round's summaries were made one round of training earlier; the HOG block, half of every
+            # cosine, does not move, and the labels only pick positives.
+            order = torch.argsort(ctx.data.indices)
+            self._pseudo = (ctx.data.indices[order].to(h.device), self._summary_labels(h)[order.to(h.device)])
 
     def _embed_all(self, data) -> Tensor:
         training = self.training
@@ -184,15 +197,22 @@ class FedSpectral(FederatedMethod):
     def batched_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """The batch's two views, drawn from the client's generator (the step's only randomness)."""
         x = batch["x"]
-        return {"x1": self._view(x), "x2": self._view(x)}  # drawn in this order, as the views always were
+        inputs = {"x1": self._view(x), "x2": self._view(x)}  # drawn in this order, as the views always were
+        if self._pseudo is not None:
+            indices, labels = self._pseudo
+            inputs["y"] = labels[torch.searchsorted(indices, batch["index"].to(indices.device))]
+        return inputs
 
     def loss_from_inputs(self, inputs: dict[str, Tensor]) -> Tensor:
         z1, z2 = self.projector(self.trunk(inputs["x1"])), self.projector(self.trunk(inputs["x2"]))
-        return self.representation_loss(z1, z2)
+        return self.representation_loss(z1, z2, inputs.get("y"))
 
-    def representation_loss(self, z1: Tensor, z2: Tensor) -> Tensor:
-        """NT-Xent between the two views' projections plus the weighted decorrelation of both."""
+    def representation_loss(self, z1: Tensor, z2: Tensor, labels: Tensor | None = None) -> Tensor:
+        """NT-Xent between the two views' projections plus the weighted decorrelation of both and, given the
+        samples' labels, the weighted supervised contrast."""
         loss = nt_xent(z1, z2, TEMPERATURE)
+        if labels is not None:
+            loss = loss + self.hparams.cluster_weight * supervised_nt_xent(z1, z2, labels, TEMPERATURE)
         if self.hparams.decorrelation_weight:
             loss = loss + self.hparams.decorrelation_weight * 0.5 * (decorrelation_loss(z1) + decorrelation_loss(z2))
         return loss
@@ -268,16 +288,20 @@ class FedSpectral(FederatedMethod):
 
     def _client_labels(self, client, state: dict[str, Any]) -> Tensor:
         hp = self.hparams
-        h = self._embed_all(client)
-        labels = self.summary_labels.to(h.device)[nearest_rows(h, self.summaries.to(h.device))]
-        if hp.spread_neighbors and hp.spread_alpha:
-            labels = label_spreading(nearest_neighbors(h, hp.spread_neighbors), labels, self.num_clusters,
-                                     hp.spread_alpha)
-        labels = labels.cpu()
+        labels = self._summary_labels(self._embed_all(client)).cpu()
         kept = self._kept_labels(state.get(HISTORY), len(labels))
         kept[self.space_round] = labels
         state[HISTORY] = dict(sorted(kept.items())[-hp.round_vote:])
         return vote_over_labellings(list(state[HISTORY].values()), self.num_clusters)
+
+    def _summary_labels(self, h: Tensor) -> Tensor:
+        """A client's samples (embedded as h) labelled by their nearest summary's cluster, spread over its graph."""
+        hp = self.hparams
+        labels = self.summary_labels.to(h.device)[nearest_rows(h, self.summaries.to(h.device))]
+        if hp.spread_neighbors and hp.spread_alpha:
+            labels = label_spreading(nearest_neighbors(h, hp.spread_neighbors), labels, self.num_clusters,
+                                     hp.spread_alpha)
+        return labels
 
     def _kept_labels(self, history: Any, n: int) -> dict[int, Tensor]:
         """The client's earlier labels that are valid cluster ids of its n samples (a checkpoint is untrusted)."""

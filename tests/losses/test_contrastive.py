@@ -9,6 +9,7 @@ from fedclust.losses.contrastive import (
     cluster_entropy,
     instance_contrastive_loss,
     nt_xent,
+    supervised_nt_xent,
 )
 from fedclust.seeding import generator
 
@@ -34,6 +35,24 @@ def test_instance_loss_matches_a_loop_over_anchors():
         others = [j for j in range(12) if j != i]
         total += -(logits[others.index(pos)] - torch.logsumexp(logits, 0))
     assert instance_contrastive_loss(z1, z2).item() == pytest.approx(total.item() / 12, rel=1e-5)
+
+
+def test_supervised_contrast_averages_over_every_same_label_row_and_is_nt_xent_without_shared_labels():
+    g = generator(0, "supcon")
+    z1, z2 = torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g)
+    assert supervised_nt_xent(z1, z2, torch.arange(6), 0.5).item() == pytest.approx(nt_xent(z1, z2, 0.5).item(),
+                                                                                     rel=1e-6)
+    labels = torch.tensor([0, 1, 0, 2, 1, 0])
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    y = torch.cat([labels, labels])
+    total = 0.0
+    for i in range(12):
+        others = [j for j in range(12) if j != i]
+        logits = torch.stack([z[i] @ z[j] / 0.5 for j in others])
+        log_prob = logits - torch.logsumexp(logits, 0)
+        positives = [others.index(j) for j in others if y[j] == y[i]]
+        total += -log_prob[positives].mean()
+    assert supervised_nt_xent(z1, z2, labels, 0.5).item() == pytest.approx(total.item() / 12, rel=1e-5)
 
 
 def test_cluster_entropy_bounds():

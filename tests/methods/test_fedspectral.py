@@ -13,7 +13,7 @@ from fedclust.data.config import build_federated_data
 from fedclust.data.hog import hog
 from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
-from fedclust.losses.contrastive import nt_xent
+from fedclust.losses.contrastive import nt_xent, supervised_nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.methods import FedSpectral
 from tests.conftest import tiny_data
@@ -109,6 +109,31 @@ def test_the_loss_is_nt_xent_plus_the_weighted_decorrelation_of_both_views(monke
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
+def test_cluster_weight_adds_a_supervised_contrast_over_the_labels_of_the_last_clustering(monkeypatch):
+    data = _data()
+    method = tiny(cluster_weight=2.0, decorrelation_weight=0.0)
+    method.build(data.info)
+    ctx = _client(method, data)
+    batch = next(data.client(0, 64).batches(torch.Generator().manual_seed(0)))
+    assert "y" not in method.batched_inputs(batch)  # round 1: no clustering yet, the plain loss
+    _round(method, data, {})
+    ctx = _client(method, data, rnd=1)
+    method.eval()
+    with torch.no_grad():  # the client's own labelling of its samples, in index order
+        expected = method._summary_labels(method.embed(data.gather(ctx.data.indices)))
+    method.train()
+    inputs = method.batched_inputs(batch)
+    position = {int(i): k for k, i in enumerate(ctx.data.indices)}
+    assert torch.equal(inputs["y"], expected[[position[int(i)] for i in batch["index"]]])
+    seen = []
+    real_proj = method.projector.forward
+    monkeypatch.setattr(method.projector, "forward", lambda h: seen.append(real_proj(h)) or seen[-1])
+    loss = float(method.loss_from_inputs(inputs))
+    z1, z2 = (z.detach() for z in seen)
+    supervised = float(supervised_nt_xent(z1, z2, inputs["y"], 0.5))
+    assert loss == pytest.approx(float(nt_xent(z1, z2, 0.5)) + 2.0 * supervised, rel=1e-5)
+
+
 def test_samples_take_their_nearest_summarys_cluster_spread_over_their_clients_own_graph():
     data = _data()
     method = tiny()
@@ -161,7 +186,8 @@ def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
 
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(neighbors=0), dict(decorrelation_weight=-1.0),
                                  dict(spread_neighbors=-1), dict(spread_alpha=1.0), dict(round_vote=0),
-                                 dict(projector_rank=0), dict(hog_cell=0), dict(cluster_space="input+backbone")])
+                                 dict(projector_rank=0), dict(hog_cell=0), dict(cluster_space="input+backbone"),
+                                 dict(cluster_weight=-0.5)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
