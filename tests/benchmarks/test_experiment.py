@@ -76,7 +76,7 @@ def test_grid_crosses_each_config_and_a_config_may_have_its_own(write_experiment
 def test_heterogeneity_experiment_is_what_issues_22_and_43_ask_for():
     exp = load("heterogeneity_fmnist", EXPERIMENTS)
     assert exp.labels == ["k-FED", "k-FED (HOG)", "Spectral (HOG, central)", "FedSpectral round 1", "KM",
-                          "FedSpectral", "CCFC++ (20+10)", "CCFC (20+10)", "CCFC++", "CCFC"]
+                          "FedSpectral", "CCFC++ (20+10)", "CCFC (20+10)", "CCFC++", "CCFC", "CCFC (paper's settings)"]
     assert all(r.point.overrides["data.split"] == "test" for r in exp.runs)
     every_p = {0, 0.25, 0.5, 0.75, 1}
     for label in ("k-FED", "k-FED (HOG)", "FedSpectral", "FedSpectral round 1"):
@@ -89,10 +89,13 @@ def test_heterogeneity_experiment_is_what_issues_22_and_43_ask_for():
         runs = [r for r in exp.runs if r.label == label]
         assert {r.values["data.p"] for r in runs} == {0, 0.5, 1}
         assert all(r.point.overrides["method.init_args.pretrain_rounds"] == 20 for r in runs)
-    for label in ("CCFC++", "CCFC"):  # and both at their packaged whole schedule, at every p (item 4)
+    for label in ("CCFC++", "CCFC", "CCFC (paper's settings)"):  # whole schedules at every p (item 4)
         runs = [r for r in exp.runs if r.label == label]
         assert {r.values["data.p"] for r in runs} == every_p
         assert all("method.init_args.pretrain_rounds" not in r.point.overrides for r in runs)
+    ccfc = {r.label: r.point.config for r in exp.runs if r.label.startswith("CCFC (") or r.label == "CCFC"}
+    assert {label: Path(config).stem for label, config in ccfc.items()} == {  # the rows before the settings rule
+        "CCFC": "ccfc_fmnist_code", "CCFC (20+10)": "ccfc_fmnist_code", "CCFC (paper's settings)": "ccfc_fmnist"}
     assert [r.values for r in exp.runs if r.label == "KM"] == [{"seed": 0}]
     seeds = {(r.values["data.p"], r.values["seed"]) for r in exp.runs if r.label == "FedSpectral"}
     assert seeds == {(p, seed) for p in every_p for seed in (0, 1, 2)}  # the issue asks seeds 1-2 at p = 0 and 1
