@@ -99,17 +99,18 @@ def _steps(rows: list[dict]) -> dict[str, float | None]:
 def curve_table(exp: Experiment, root: Path, rows: list[dict]) -> list[str]:
     """The declared metric of every run at the declared rounds, a row per run."""
     metric, rounds = exp.curve["metric"], exp.curve["rounds"]
-    lines = [f"## {metric} per round", "", "| method | " + " | ".join(k.rsplit(".", 1)[-1] for k in exp.grid_keys)
-             + " | " + " | ".join(str(r) for r in rounds) + " |", "|---" * (1 + len(exp.grid_keys) + len(rounds)) + "|"]
-    for row in rows:
-        if row.get("archived"):  # its per-round record stayed in its folder, on another machine
-            lines.append(f"| {row['label']} | " + " | ".join(str(row.get(k, "")) for k in exp.grid_keys) + " | "
-                         + " | ".join("(not here)" for _ in rounds) + " |")
-            continue
-        values = metric_by_round(root / row["run"], metric)
-        lines.append(f"| {row['label']} | " + " | ".join(str(row.get(k, "")) for k in exp.grid_keys) + " | "
-                     + " | ".join(_cell(metric, values.get(r)) for r in rounds) + " |")
+    keys = [k.rsplit(".", 1)[-1] for k in exp.grid_keys]  # none without a grid: no empty column then
+    lines = [f"## {metric} per round", "", _line(["method", *keys, *map(str, rounds)]),
+             "|---" * (1 + len(keys) + len(rounds)) + "|"]
+    for row in rows:  # an archived row's per-round record stayed in its folder, on another machine
+        values = {} if row.get("archived") else metric_by_round(root / row["run"], metric)
+        cells = ["(not here)" if row.get("archived") else _cell(metric, values.get(r)) for r in rounds]
+        lines.append(_line([row["label"], *(str(row.get(k, "")) for k in exp.grid_keys), *cells]))
     return [*lines, ""]
+
+
+def _line(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def collect(exp: Experiment, root: Path, kept: dict[str, dict[str, str]] | None = None) -> list[dict[str, object]]:

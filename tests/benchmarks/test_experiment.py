@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.experiment import load, paper_cell
-from benchmarks.report import collect, write_csv
+from benchmarks.report import collect, curve_table, write_csv
 from fedclust.errors import ConfigError
 from fedclust.sweep import check, fingerprint
 
@@ -136,6 +136,11 @@ def test_stage2_is_the_level_of_the_curve_metric_over_its_rounds_once_all_are_in
     (folder / "metrics.csv").write_text("round,nmi\n1,0.1\n2,0.5\n3,0.7\n4,0.6\n")
     row = collect(exp, tmp_path / "runs")[0]
     assert row["stage2_mean"] == pytest.approx(0.6) and row["stage2_std"] == pytest.approx(0.1)
+    no_grid = {k: v for k, v in spec.items() if k not in ("grid", "plot")}
+    for changed in (spec, no_grid):  # the per-round table: every line as many cells as its header, grid or none
+        exp = load(str(write_experiment(changed)), ROOT)
+        table = [line for line in curve_table(exp, tmp_path / "runs", [row]) if line.startswith("|")]
+        assert len(table) == 3 and len({line.count("|") for line in table}) == 1 and "|  |" not in table[0]
 
 
 def test_the_results_csv_names_columns_as_the_issues_do(write_experiment, tiny_spec, tmp_path):
