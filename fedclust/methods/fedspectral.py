@@ -117,7 +117,7 @@ class FedSpectral(FederatedMethod):
         self.summary_labels: Tensor | None = None  # server: their clusters (S,)
         self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
         self.space_round = -1  # which round (over all stages) that was
-        self._pseudo: tuple[Tensor, Tensor] | None = None  # client: its sorted sample indices and their labels
+        self._pseudo: tuple[Tensor, Tensor] | None = None  # client: its (sorted) sample indices, their labels
 
     def build(self, info: DataInfo) -> None:
         super().build(info)
@@ -174,9 +174,9 @@ class FedSpectral(FederatedMethod):
         self._pseudo = None
         if self.hparams.cluster_weight and self.summaries is not None:
             # The last round's summaries were made one round of training earlier; the HOG block, half of every
-            # cosine, does not move, and the labels only pick positives.
-            order = torch.argsort(ctx.data.indices)
-            self._pseudo = (ctx.data.indices[order].to(h.device), self._summary_labels(h)[order.to(h.device)])
+            # cosine, does not move, and the labels only pick positives. A client's indices are sorted (as CCFC's
+            # pseudo-labels also rely on), so a batch finds its rows by binary search.
+            self._pseudo = (ctx.data.indices.to(h.device), self._summary_labels(h))
 
     def _embed_all(self, data) -> Tensor:
         training = self.training

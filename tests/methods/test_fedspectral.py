@@ -119,8 +119,10 @@ def test_cluster_weight_adds_a_supervised_contrast_over_the_labels_of_the_last_c
     _round(method, data, {})
     ctx = _client(method, data, rnd=1)
     method.eval()
-    with torch.no_grad():  # the client's own labelling of its samples, in index order
-        expected = method._summary_labels(method.embed(data.gather(ctx.data.indices)))
+    with torch.no_grad():  # the client's own labelling of its samples: nearest summary, spread over its graph
+        h = method.embed(data.gather(ctx.data.indices))
+        nearest = method.summary_labels[assign_nearest(h, method.summaries, cosine=True)]
+        expected = label_spreading(nearest_neighbors(h, 4), nearest, method.num_clusters, 0.9)
     method.train()
     inputs = method.batched_inputs(batch)
     position = {int(i): k for k, i in enumerate(ctx.data.indices)}
