@@ -81,8 +81,7 @@ def _do(opts: argparse.Namespace, command: str) -> int:
     from .runner import PENDING, run, state
 
     if opts.command == "list" and opts.names:
-        for name in opts.names:
-            exp = load(name, opts.experiments)
+        for exp in (load(name, opts.experiments) for name in opts.names):
             kept = archived(exp, opts.results)
             for r in exp.runs:
                 print(f"{exp.name}  {r.point.name:40s} {state(opts.runs / exp.name, r, kept)}")
@@ -96,30 +95,25 @@ def _do(opts: argparse.Namespace, command: str) -> int:
                 continue
             kept = archived(exp, opts.results)
             states = [state(opts.runs / exp.name, r, kept) for r in exp.runs]
-            pending = sum(s in PENDING for s in states)
-            done = states.count("done") + states.count("archived")
+            done, pending = states.count("done") + states.count("archived"), sum(s in PENDING for s in states)
             print(f"{exp.name:28s} {done:3d} done {states.count('running'):3d} running "
                   f"{pending:3d} pending  {exp.title}")
         return 0
     if opts.command == "holdings":
         from .cluster_holdings import print_holdings
-
         print_holdings(opts.run_folders, opts.min_share)
         return 0
     if opts.command == "step":
         from .step_probe import measure
-
         print(measure(opts.device, opts.variants, opts.steps, opts.warmup, opts.results / "gpu_step.csv"))
         return 0
     if opts.command == "peer":
         from .flower_peer import peer
-
         print(peer(opts.clients, opts.rounds, opts.pairs, opts.accelerator, opts.flower_python, opts.flower_site,
                    opts.flower_cpus, opts.flower_gpus, opts.threads, opts.precision, opts.results / "flower_peer.csv"))
         return 0
     if opts.command == "results":
         from .overview import write
-
         print(write(opts.results, opts.experiments, opts.output))
         return 0
     exp = load(opts.name, opts.experiments)
@@ -132,7 +126,6 @@ def _do(opts: argparse.Namespace, command: str) -> int:
                   f"{opts.runs / exp.name / 'logs'}; the same command retries them)", file=sys.stderr)
         return 1 if failed else 0
     from .report import report
-
     for path in report(exp, opts.runs / exp.name, opts.results, command, opts.replace):
         print(path)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import platform
 import subprocess
@@ -55,3 +56,12 @@ def append_row(path: Path, columns: list[str], row: dict) -> None:
             writer.writeheader()
         writer.writerow(row)
     print(",".join(str(row.get(c, "")) for c in columns), flush=True)
+
+
+def as_number(text: object) -> float | None:
+    """A finite float, or None (the CSVs and run folders read here are untrusted)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None

@@ -1,12 +1,13 @@
 """An experiment declared as data (benchmarks/experiments/NAME.yaml), read and checked strictly: its schema, with an
 example, is benchmarks/README.md's "Declaring one" (title, data, notes, overrides, grid of lists or named axes,
-configs with label / config / overrides / grid, metrics, paper cells, table, plot, curve).
+configs with label / config / overrides / grid, metrics, settings, paper cells, table, plot, curve).
 
 Metrics: final.json's (nmi, acc, ari, kappa, purity; the last scored round while a run goes on), the last row
 of diagnostics.csv (runs with `diagnose: true`: embed_kmeans_nmi, effective_rank, ...), and from the run
 folder: rounds, seconds_per_round (median of metrics.csv `seconds`), peak_memory_mb (max of metrics.csv),
-commit (the git commit of the tree the run was started from). Table columns name `method` (the label), a grid
-key (dotted or its last part) or a metric. Every mistake is one sentence naming the field (ConfigError).
+samples (partition.csv's total), commit (the git commit of the tree the run was started from). Settings
+({column: dotted key}) are read back from each run's own config.yaml. Table columns name `method` (the label), a
+grid key (dotted or its last part), a setting or a metric. Every mistake is one sentence naming the field.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from fedclust.errors import ConfigError, FedclustError
 from fedclust.probes.diagnose import DIAGNOSTIC_KEYS as DIAGNOSTICS
 from fedclust.sweep import Point
 
+from .common import as_number
+
 FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
 # seconds: the rounds' sum; server_seconds / client_seconds: the median round's server step and one client's step
 FOLDER = ("rounds", "seconds", "seconds_per_round", "peak_memory_mb", "server_seconds", "client_seconds", "summaries",
-          "min_summary", "dp_epsilon", "commit", "stage2_mean", "stage2_std")  # stage2_*: see CURVE
+          "min_summary", "dp_epsilon", "commit", "stage2_mean", "stage2_std", "samples")  # stage2_*: see CURVE
 KEYS = {"title": str, "data": str, "notes": str, "overrides": dict, "grid": dict, "configs": list,
-        "metrics": list, "paper": list, "table": dict, "plot": dict, "curve": dict}
+        "metrics": list, "settings": dict, "paper": list, "table": dict, "plot": dict, "curve": dict}
 REQUIRED = ("title", "data", "configs", "metrics", "table")
 ENTRY = {"label": str, "config": str, "overrides": dict, "grid": dict}
 PAPER = {"metric": str, "source": str, "by": str, "cells": dict}
@@ -64,6 +67,7 @@ class Experiment:
     plot: dict | None
     entries: list[dict]
     curve: dict | None = None
+    settings: dict[str, str] = field(default_factory=dict)  # column -> dotted key, read from each run's config.yaml
     common: dict[str, object] = field(default_factory=dict)  # the overrides of every run
     grid: dict = field(default_factory=dict)  # the grid of the entries without their own, as declared
     runs: list[Run] = field(default_factory=list)
@@ -122,6 +126,7 @@ def load(name: str, folder: Path) -> Experiment:
     for metric in exp.metrics:
         if metric not in (*FINAL, *DIAGNOSTICS, *FOLDER):
             raise ConfigError(f"{where}: metrics", metric, f"one of {', '.join((*FINAL, *DIAGNOSTICS, *FOLDER))}")
+    exp.settings = {name: _fit_key(f"{where}: settings: {name}", key) for name, key in spec.get("settings", {}).items()}
     common = exp.common = _overrides(f"{where}: overrides", spec.get("overrides", {}))
     if "grid" in spec:
         _grid(f"{where}: grid", spec["grid"])
@@ -205,9 +210,9 @@ def _outputs(exp: Experiment, where: str, table: dict) -> None:
     _fields(f"{where}: table", table, TABLE, ("columns",))
     exp.columns, exp.group_by = table["columns"], table.get("group_by", [])
     for column in [*exp.columns, *exp.group_by]:
-        if column not in (*LABEL_COLUMNS, *exp.metrics) and exp.key(column) is None:
+        if column not in (*LABEL_COLUMNS, *exp.metrics, *exp.settings) and exp.key(column) is None:
             raise ConfigError(f"{where}: table", column, "method, a grid key (" + ", ".join(exp.grid_keys)
-                              + ") or a declared metric (" + ", ".join(exp.metrics) + ")")
+                              + "), a setting or a declared metric (" + ", ".join(exp.metrics) + ")")
     for i, ref in enumerate(exp.paper):
         at = f"{where}: paper[{i}]"
         _fields(at, ref, PAPER, ("metric", "source", "cells"))
@@ -249,13 +254,6 @@ def paper_cell(exp: Experiment, ref: dict, run: Run) -> float | None:
         return cells
     value = run.values.get(exp.key(ref["by"])) if "by" in ref else None
     for key, number in cells.items():
-        if key == value or (_number(key) is not None and _number(key) == _number(value)):
+        if key == value or (as_number(key) is not None and as_number(key) == as_number(value)):
             return number
     return None
-
-
-def _number(value: object) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import functools
 import json
-import math
 import statistics
 import textwrap
 from pathlib import Path
@@ -20,21 +19,13 @@ from fedclust.run_folder import metric_by_round, rounds_level
 from fedclust.sweep import Point, fingerprint, start_record
 
 from .archive import archived
-from .common import ROOT, machine, now
+from .common import ROOT, as_number, machine, now
 from .experiment import FINAL, Experiment, paper_cell
 from .runner import state
 
 MARK = "<!-- written by `python -m benchmarks report`; edit the experiment's YAML, not this file -->"
 DIGITS = {"seconds_per_round": 1, "peak_memory_mb": 0, "rounds": 0, "server_seconds": 2, "client_seconds": 3,
-          "summaries": 0}
-
-
-def _number(text: object) -> float | None:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+          "summaries": 0, "samples": 0}
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
@@ -53,45 +44,45 @@ def measure(folder: Path) -> dict[str, object]:
     except (OSError, ValueError, KeyError, TypeError):
         final = None
     if not isinstance(final, dict):  # still going (or final.json is damaged): its last scored round
-        final = next(({k: r[k] for k in FINAL if k in r} for r in reversed(rows) if _number(r.get("nmi"))), {})
-    out = {k: _number(v) for k, v in {**(_csv(folder / "diagnostics.csv") or [{}])[-1], **final}.items()}
-    seconds = [s for s in (_number(r.get("seconds")) for r in rows) if s is not None]
-    memory = [m for m in (_number(r.get("peak_memory_mb")) for r in rows) if m is not None]
-    rounds = _number(rows[-1].get("round")) if rows else None
+        final = next(({k: r[k] for k in FINAL if k in r} for r in reversed(rows) if as_number(r.get("nmi"))), {})
+    out = {k: as_number(v) for k, v in {**(_csv(folder / "diagnostics.csv") or [{}])[-1], **final}.items()}
+    seconds = [s for s in (as_number(r.get("seconds")) for r in rows) if s is not None]
+    memory = [m for m in (as_number(r.get("peak_memory_mb")) for r in rows) if m is not None]
+    rounds = as_number(rows[-1].get("round")) if rows else None
     out.update(rounds=int(rounds) if rounds is not None else None, seconds=sum(seconds) if seconds else None,
                seconds_per_round=statistics.median(seconds) if seconds else None,
-               peak_memory_mb=max(memory) if memory else None, min_summary=_floor(folder),
+               peak_memory_mb=max(memory) if memory else None, samples=_samples(folder),
+               min_summary=config_value(folder, "federation.min_summary_size"),
                dp_epsilon=_epsilon(folder), **_steps(rows))
     return out
 
 
-def _floor(folder: Path) -> int | None:
-    """The run's privacy floor (federation.min_summary_size) from its config.yaml; None for a run made before the
-    floor existed (its config has no such key) or an unreadable config."""
-    try:
-        config = yaml.safe_load((folder / "config.yaml").read_text())
-        floor = config["federation"]["min_summary_size"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
-    return floor if isinstance(floor, int) else None
+def config_value(folder: Path, key: str) -> object:
+    """A dotted key's scalar value in the run's config.yaml (what fit resolved); None if unreadable or absent."""
+    node = _dig(_yaml(str(folder / "config.yaml")), key)
+    return node if isinstance(node, (int, float, str)) else None
+
+
+def _samples(folder: Path) -> int | None:  # the samples the run clustered: partition.csv's counts summed
+    counts = [as_number(v) for row in _csv(folder / "partition.csv") for k, v in row.items() if k != "client"]
+    return int(sum(counts)) if counts and None not in counts else None
 
 
 def _epsilon(folder: Path) -> float | None:
     """The (epsilon at the run's delta) its summaries spent, from privacy.json; None for a run without noise."""
     try:
-        spent = json.loads((folder / "privacy.json").read_text())["epsilon"]
+        return as_number(json.loads((folder / "privacy.json").read_text())["epsilon"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return _number(spent)
 
 
 def _steps(rows: list[dict]) -> dict[str, float | None]:
     """The median round's server step and one client's step (the clients' seconds over their number), and the
     summaries sent in the last round."""
-    server = [v for v in (_number(r.get("server_seconds")) for r in rows) if v is not None]
-    client = [t / c for t, c in ((_number(r.get("train_seconds")), _number(r.get("clients"))) for r in rows)
+    server = [v for v in (as_number(r.get("server_seconds")) for r in rows) if v is not None]
+    client = [t / c for t, c in ((as_number(r.get("train_seconds")), as_number(r.get("clients"))) for r in rows)
               if t is not None and c]
-    summaries = _number(rows[-1].get("summaries")) if rows else None
+    summaries = as_number(rows[-1].get("summaries")) if rows else None
     return dict(server_seconds=statistics.median(server) if server else None,
                 client_seconds=statistics.median(client) if client else None, summaries=summaries)
 
@@ -123,6 +114,7 @@ def collect(exp: Experiment, root: Path, kept: dict[str, dict[str, str]] | None 
             found, started = _from_row(kept[run.point.name]), kept[run.point.name]
         else:
             found = measure(root / run.point.name) if status != "stale" else {}
+            found.update({n: config_value(root / run.point.name, k) for n, k in exp.settings.items() if found})
             if found and (exp.curve or {}).get("stage2"):  # the stage's level (None until all its rounds are in)
                 level = rounds_level(metric_by_round(root / run.point.name, exp.curve["metric"]), *exp.curve["stage2"])
                 found.update(zip(("stage2_mean", "stage2_std"), level or (None, None)))
@@ -130,7 +122,7 @@ def collect(exp: Experiment, root: Path, kept: dict[str, dict[str, str]] | None 
         row = {"label": run.label, **{k: setting(run.point, k) for k in ("data.name", "seed")}, **run.values,
                "state": "done" if status == "archived" else status, "archived": status == "archived",
                "run": run.point.name, "fingerprint": fingerprint(run.point) if status in ("done", "archived") else "",
-               **{m: found.get(m) for m in exp.metrics if m != "commit"},
+               **{m: found.get(m) for m in [*exp.settings, *exp.metrics] if m != "commit"},
                **{k: started.get(k, "") for k in ("commit", "command", "machine", "started")}}
         row.update({f"paper_{ref['metric']}": paper_cell(exp, ref, run) for ref in exp.paper})
         rows.append(row)
@@ -139,7 +131,7 @@ def collect(exp: Experiment, root: Path, kept: dict[str, dict[str, str]] | None 
 
 def _from_row(row: dict[str, str]) -> dict[str, object]:
     """A committed row's metrics as numbers (rounds a whole number), as measure gives them from a folder."""
-    found = {k: _number(v) for k, v in row.items()}
+    found = {k: as_number(v) for k, v in row.items()}
     if found.get("rounds") is not None:
         found["rounds"] = int(found["rounds"])
     return found
@@ -156,26 +148,30 @@ def setting(point: Point, key: str) -> object:
     """A run's value of a dotted config key: its override, else its config file's (None when neither sets it)."""
     if key in point.overrides:
         return point.overrides[key]
-    node = _config(point.config)
+    return _dig(_config(point.config), key)
+
+
+def _dig(node: object, key: str) -> object:
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return node
 
 
-@functools.cache
-def _config(path: str) -> object:
-    """A config file's YAML, read once per process (the runs of an entry share one)."""
+def _yaml(path: str) -> object:
     try:
         return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
 
 
+_config = functools.cache(_yaml)  # a packaged config, read once per process (the runs of an entry share one)
+
+
 def write_csv(exp: Experiment, rows: list[dict], path: Path) -> None:
     """One row per run: method, the settings by their CSV names (data, p, schedule, seed...), state, the metrics,
     the papers' cells, commit and run folder."""
     columns = exp.csv_columns
-    names = ["method", *columns.values(), "state", *[m for m in exp.metrics if m != "commit"],
+    names = ["method", *columns.values(), *exp.settings, "state", *[m for m in exp.metrics if m != "commit"],
              *[f"paper_{ref['metric']}" for ref in exp.paper], "commit", "run",
              "fingerprint", "started", "machine", "command"]  # the run's record: what archive.archived checks
     with path.open("w", newline="") as f:
@@ -259,7 +255,7 @@ def plot(exp: Experiment, rows: list[dict], path: Path) -> bool:
     for row in rows:
         if row["state"] == "done" and row.get(y) is not None:
             name = " ".join([row["label"], *(f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in others if k in row)])
-            lines.setdefault((row["label"], name), {}).setdefault(_number(row.get(x_key)), []).append(row[y])
+            lines.setdefault((row["label"], name), {}).setdefault(as_number(row.get(x_key)), []).append(row[y])
     if not lines:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -274,7 +270,7 @@ def plot(exp: Experiment, rows: list[dict], path: Path) -> bool:
             ax.fill_between(xs, [min(points[x]) for x in xs], [max(points[x]) for x in xs], alpha=0.2,
                             color=line.get_color())
         colour.setdefault(label, line.get_color())
-    cells = {(row["label"], _number(row.get(x_key))): row[f"paper_{y}"] for row in rows
+    cells = {(row["label"], as_number(row.get(x_key))): row[f"paper_{y}"] for row in rows
              if row.get(f"paper_{y}") is not None and row["label"] in colour}
     for label in dict.fromkeys(label for label, _ in cells):
         xy = sorted((x, v) for (lab, x), v in cells.items() if lab == label and x is not None)

@@ -34,6 +34,7 @@ def _entry(**changes):
     ({"configs": _entry(overrides={"sed": 1})}, "configs[0].overrides: sed", "`fedclust fit` setting"),
     ({"metrics": ["nmii"]}, "tiny.yaml: metrics", "one of nmi"),
     ({"table": {"columns": ["method", "p"]}}, "tiny.yaml: table", "a grid key"),
+    ({"settings": {"latent": "methd.latent_dim"}}, "settings: latent", "`fedclust fit` setting"),
     ({"paper": [{"metric": "nmi", "source": "s", "cells": {"KFED": 0.5}}]}, "paper[0].cells", "a label"),
     ({"paper": [{"metric": "acc", "source": "s", "cells": {"k-FED": 0.5}}]}, "paper[0].metric", "declared"),
     ({"paper": [{"metric": "nmi", "source": "s", "cells": {"k-FED": {1: 0.5}}}]}, "paper[0].by", "keyed by"),
@@ -157,3 +158,27 @@ def test_the_results_csv_names_columns_as_the_issues_do(write_experiment, tiny_s
     rows = list(csv.DictReader((tmp_path / "out.csv").open()))
     assert list(rows[0])[:6] == ["method", "data", "data.p", "method.init_args.p", "seed", "state"]
     assert (rows[1]["data"], rows[1]["data.p"], rows[1]["seed"], rows[1]["state"]) == ("fmnist", "1", "66", "pending")
+
+
+def test_settings_and_samples_are_read_back_from_each_run_folder(write_experiment, tiny_spec, tmp_path):
+    """A declared setting is the run's own config.yaml value (what fit resolved, not the experiment's declaration),
+    samples partition.csv's total; a damaged folder gives empty cells, not an error."""
+    spec = tiny_spec(settings={"latent": "method.init_args.latent_dim", "lambda": "method.init_args.lam"},
+                     metrics=["nmi", "samples"], table={"columns": ["method", "seed", "samples", "latent", "nmi"]})
+    exp = load(str(write_experiment(spec)), ROOT)
+    runs = tmp_path / "runs"
+    (runs / ".points").mkdir(parents=True)
+    for run, config, partition in zip(exp.runs, ("method:\n  init_args: {latent_dim: 64, lam: 1.0}\n", "[not: yaml"),
+                                      ("client,class_0,class_1\n0,3,4\n1,5,0\n", "client,class_0\n0,x\n")):
+        folder = runs / run.point.name
+        folder.mkdir()
+        (folder / "config.yaml").write_text(config)
+        (folder / "partition.csv").write_text(partition)
+        (folder / "metrics.csv").write_text("round,nmi\n1,0.5\n")
+        (runs / ".points" / f"{run.point.name}.json").write_text(json.dumps({"fingerprint": fingerprint(run.point)}))
+    rows = collect(exp, runs)
+    assert (rows[0]["latent"], rows[0]["lambda"], rows[0]["samples"]) == (64, 1.0, 12)
+    assert (rows[1]["latent"], rows[1]["lambda"], rows[1]["samples"]) == (None, None, None)
+    write_csv(exp, rows, tmp_path / "out.csv")
+    header = next(csv.reader((tmp_path / "out.csv").open()))
+    assert header[:6] == ["method", "data", "seed", "latent", "lambda", "state"] and "samples" in header
