@@ -55,6 +55,14 @@ def test_a_mistake_is_one_sentence_naming_the_field(write_experiment, tiny_spec,
     assert field in message and words in message and "\n" not in message
 
 
+def test_every_experiment_is_in_the_readme_table():
+    """benchmarks/README.md's table names every file of benchmarks/experiments (a row may name several)."""
+    rows = [line.split("|")[1] for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines()
+            if line.startswith("| ")]
+    listed = {name.strip() for row in rows for name in row.split(",")}
+    assert sorted(path.stem for path in EXPERIMENTS.glob("*.yaml") if path.stem not in listed) == []
+
+
 def test_the_cli_answers_a_bad_name_with_one_line(capsys):
     assert main(["report", "no_such_experiment"]) == 2
     err = capsys.readouterr().err.strip()
