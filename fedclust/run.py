@@ -32,6 +32,7 @@ from lightning.fabric import Fabric
 from rich.console import Console
 
 from fedclust import run_folder
+from fedclust.branch import read_start_model, start_from
 from fedclust.callbacks.checkpoint import Checkpoint, load_checkpoint
 from fedclust.callbacks.csv_metrics import CSVMetrics
 from fedclust.callbacks.diagnostics import Diagnostics, has_embedding
@@ -110,7 +111,8 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         fabric: FabricConfig = FabricConfig(), seed: int = 0,  # noqa: B008
         logger: Literal["csv", "wandb", "tensorboard"] = "csv", project: str = "fedclust",
         group: str | None = None, name: str | None = None, runs_dir: str = "runs", run_dir: str | None = None,
-        resume: str | None = None, progress: bool = True, embedding_plot: bool = False, embedding_points: int = 2000,
+        resume: str | None = None, init_from: str | None = None, progress: bool = True,
+        embedding_plot: bool = False, embedding_points: int = 2000,
         kmeans_backend: Literal["auto", "faiss", "torch"] = "auto", diagnose: bool = False,
         config_text: str | None = None) -> dict[str, float]:
     """Run one federated clustering experiment.
@@ -128,6 +130,9 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
         runs_dir: Parent folder of new run folders.
         run_dir: Exact run folder (default runs_dir/<name or method_data>_<time>).
         resume: A run folder to continue from its last checkpoint.
+        init_from: A finished run folder of the same method and network whose saved global weights this run starts
+            from, with its own data, schedule and seed (a branch: fedclust/branch.py); read when a run starts,
+            not when it is resumed.
         progress: Show the progress bar and the per-round lines (the final metrics table is printed either way).
         embedding_plot: At the end, save a t-SNE of the representations coloured by cluster and by client
             with per-client Calinski-Harabasz scores (embedding.png / embedding.json; logged to W&B).
@@ -146,11 +151,12 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
                                                     if key != "config_text"})
     check_request(method, federation, fabric, logger, embedding_points, diagnose, resume, config_text)  # 1. checks
     resumed_state = read_resumed_checkpoint(runs_dir, run_dir, resume)
+    start_weights = read_start_model(init_from, method) if init_from and resumed_state is None else None
     prefix = name or f"{type(method).__name__.lower()}_{data.name}"
     with claimed_folder(runs_dir, run_dir, resume, prefix) as claimed, \
             kmeans_backend_chosen(kmeans_backend), process_group() as pg:  # 2. the folder
         run = build_run(claimed.path, pg, method, data, federation, fabric, seed, logger, project, group, name,
-                        config_text, progress, resumed_state)  # 3. build
+                        config_text, progress, resumed_state, (init_from, start_weights))  # 3. build
         run.attach_callbacks(federation.checkpoint_every, embedding_plot, embedding_points, diagnose)
         claimed.written = True  # from here on the run writes: nothing is refused any more
         start_run(run, config_text, resumed=resumed_state is not None)
@@ -290,10 +296,11 @@ class Run:
 
 def build_run(folder: Path, pg: ProcessGroup, method: FederatedMethod, data: DataConfig, federation: FederationConfig,
               fabric: FabricConfig, seed: int, logger: str, project: str, group: str | None, name: str | None,
-              config_text: str | None, progress: bool, resumed_state: dict | None) -> Run:
-    """Fabric (launched: DDP starts its processes here), the clients' data, the method built on it and the
-    orchestrator, from the checkpoint when resumed; writes nothing in the run folder but the W&B / TensorBoard
-    logger's own files."""
+              config_text: str | None, progress: bool, resumed_state: dict | None,
+              start: tuple[str | None, dict | None] = (None, None)) -> Run:
+    """Fabric (launched: DDP starts its processes here), the clients' data, the method built on it (from another
+    run's weights with init_from) and the orchestrator, from the checkpoint when resumed; writes nothing in the run
+    folder but the W&B / TensorBoard logger's own files."""
     leader = rank_zero_before_launch()
     hparams = yaml.safe_load(config_text) if config_text else {}  # nested: filterable by data.p, seed, ...
     extra = build_logger(logger, folder, project, group, name, hparams) if leader else None
@@ -312,6 +319,8 @@ def build_run(folder: Path, pg: ProcessGroup, method: FederatedMethod, data: Dat
     folder = Path(fab.broadcast(str(folder), src=0))  # torchrun-launched ranks did not see rank 0's choice
     fed_data = build_federated_data(data, fab.device, seed)
     setup_method(method, fed_data, seed)
+    if start[1] is not None:
+        start_from(method, start[1], start[0])
     if memory_format == "channels_last":
         use_channels_last(method)
     leader = fab.is_global_zero

@@ -114,6 +114,17 @@ def check_saved_run(run: str | Path) -> None:
         raise ConfigError("run", str(run), f"a run folder holding config.yaml and {CHECKPOINT}")
 
 
+def check_start_folder(init_from: str) -> None:
+    """A run that starts from another's model (fedclust/branch.py) needs a finished one: final.json says it ended
+    (a running run's checkpoint still moves)."""
+    missing = [str(name) for name in ("config.yaml", CHECKPOINT, "final.json")
+               if not (Path(init_from) / name).is_file()]
+    if missing:
+        raise ConfigError("init_from", init_from, f"a finished run folder (it lacks {', '.join(missing)}; a run still "
+                          "going or stopped early has no final.json)")
+    check_checkpoint_file(Path(init_from) / CHECKPOINT)
+
+
 def check_resume_folder(resume: str) -> None:
     if not (Path(resume) / CHECKPOINT).exists():
         raise ConfigError("resume", resume, f"a run folder holding {CHECKPOINT}")

@@ -22,7 +22,8 @@ class FederationConfig:
 
     Args:
         rounds: Total communication rounds. None keeps the method's schedule; a number rescales every
-            stage in proportion (each stage keeps at least one round), e.g. CCFC 100+30 -> 5 gives 4+1.
+            stage in proportion (each stage keeps at least one round, one with none keeps none), e.g. CCFC
+            100+30 -> 5 gives 4+1.
         local_epochs: Local epochs per round for stages that train; None keeps the method's.
         fraction: Share of clients sampled each round.
         disconnect_rate: Share of clients that miss a round (device failures).
@@ -102,9 +103,9 @@ class FederationConfig:
             stages = [replace(s, local_epochs=self.local_epochs if s.local_epochs else 0) for s in stages]
         if self.rounds is None:
             return stages
-        total = sum(s.rounds for s in stages)
-        counts = [max(1, round(self.rounds * s.rounds / total)) for s in stages]
-        while sum(counts) > max(self.rounds, len(stages)):  # rounding overshoot: trim the largest stage
+        total = sum(s.rounds for s in stages)  # a stage the method gives no round keeps none
+        counts = [max(1, round(self.rounds * s.rounds / total)) if s.rounds else 0 for s in stages]
+        while sum(counts) > max(self.rounds, sum(map(bool, counts))):  # rounding overshoot: trim the largest
             counts[counts.index(max(counts))] -= 1
         while sum(counts) < self.rounds:
             counts[counts.index(max(counts))] += 1

@@ -36,6 +36,7 @@ from fedclust.run_checks import (
     check_diagnose,
     check_run_location,
     check_saved_run,
+    check_start_folder,
     no_cuda_for_certain,
     rank_zero_before_launch,
     require_logger,
@@ -72,6 +73,12 @@ def run_location(runs_dir, run_dir, resume) -> None:
     check_run_location(runs_dir, run_dir, resume)
     if resume is not None:
         check_checkpoint_file(Path(resume) / CHECKPOINT)
+
+
+def start_folder(init_from, resume) -> None:
+    """The finished run a new run starts from (fedclust/branch.py); a resumed run does not read it."""
+    if isinstance(init_from, str) and resume is None:
+        check_start_folder(init_from)
 
 
 def resume(get, options: dict, method: dict, init_values: dict) -> None:

@@ -57,6 +57,7 @@ def fit(options: dict, values: dict, init_args: dict, method: dict, data_sets: d
     facts.diagnose(get("diagnose"), method.get("path"))
     facts.resume(get, options, method, init_args)
     facts.run_location(get("runs_dir"), get("run_dir"), get("resume"))
+    facts.start_folder(get("init_from"), get("resume"))
     _call(check_data_settings, get, "data.")
     facts.data(get, data_sets, method, init_args)
 

@@ -132,8 +132,10 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         num_clusters: K (cluster projector width); None takes the number of classes.
         backbone: resnet18 / resnet50 (the paper's federated encoders), *_cifar stems, convnet28, mlp.
         resize: Resize inputs to this side first (224 in the paper, 32 for MNIST; None keeps the size).
-        representation_rounds: Rounds of Algorithm 1 (100).
-        cluster_rounds: Rounds of Algorithm 2 (10).
+        representation_rounds: Rounds of Algorithm 1 (100); 0 trains only the cluster head, on an encoder a
+            finished run gave (`init_from`: the head studied apart, on one frozen encoder), with
+            `cluster_target_encoder: global`.
+        cluster_rounds: Rounds of Algorithm 2 (10); 0 stops after the representation.
         local_epochs: E of Algorithm 1 (5).
         cluster_local_epochs: E of Algorithm 2 (not given; 5 as Algorithm 1).
         batch_size: n (128).
@@ -174,8 +176,14 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         if not entropy_weight >= 0:
             raise ConfigError("method.entropy_weight", entropy_weight, "a non-negative number")
         for name in ("representation_rounds", "cluster_rounds", "local_epochs", "cluster_local_epochs"):
-            if getattr(self.hparams, name) < 1:
-                raise ConfigError(f"method.{name}", getattr(self.hparams, name), "a positive integer")
+            if getattr(self.hparams, name) < (0 if name.endswith("rounds") else 1):
+                raise ConfigError(f"method.{name}", getattr(self.hparams, name), "a non-negative integer"
+                                  if name.endswith("rounds") else "a positive integer")
+        if representation_rounds + cluster_rounds == 0:
+            raise ConfigError("method.cluster_rounds", 0, "a positive integer when representation_rounds is 0")
+        if representation_rounds == 0 and cluster_target_encoder == "own":  # no client has a target of its own yet
+            raise ConfigError("method.cluster_target_encoder", "own", "global when representation_rounds is 0 (a "
+                              "client's own target encoder comes from its representation rounds)")
         self.automatic_optimization = False  # the EMA follows each optimizer step inside training_step
         self._views_gen: torch.Generator | None = None
         self._stage = "representation"
