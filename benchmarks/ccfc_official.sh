@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The official CCFC code (Jarvisyan/CCFC-pytorch) on all 70,000 Fashion-MNIST images, beside fedclust's
+# ccfc_paper_protocol cells (issue 44 item 1). Nothing of the official code enters this repository: it is read
+# from a copy outside it, and this script only prepares that copy, runs it and tabulates what it prints.
+#
+#   bash benchmarks/ccfc_official.sh prepare SRC DIR   # SRC: a clone of Jarvisyan/CCFC-pytorch, or a bare git mirror
+#   bash benchmarks/ccfc_official.sh run DIR P [ROUNDS] # stage 1 at pshift P, stopped after ROUNDS rounds (default 30)
+#   bash benchmarks/ccfc_official.sh table DIR P        # its per-round NMI -> benchmarks/results/ccfc_official_70k_pP.md
+#
+# prepare's one change to the code is the data set class (the code is written for MNIST): torchvision's
+# FashionMNIST read from the Debian package's files, so nothing is downloaded. run uses the paper's Fashion-MNIST
+# settings (latent 64, lambda 1) and seed 66, as ccfc_paper_protocol, with two threads, niced; the code prints
+# `acc: ... | nmi: ...` after every stage-1 round (scikit-learn's k-means of the global centroids, on all 70,000
+# images). The code cannot resume: a run cut off starts again from round 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+case "${1:-}" in
+  prepare)
+    src=$2; dir=$3
+    mkdir -p "$dir"
+    if [ -d "$src/.git" ] || [ ! -d "$src/objects" ]; then
+      cp -r "$src"/. "$dir"/; git -C "$src" rev-parse --short HEAD > "$dir/OFFICIAL_COMMIT"
+    else  # a bare mirror (the session tools' `fetch`)
+      git --git-dir="$src" archive HEAD | tar -x -C "$dir"; git --git-dir="$src" rev-parse --short HEAD > "$dir/OFFICIAL_COMMIT"
+    fi
+    mkdir -p "$dir/data/FashionMNIST/raw"
+    for f in /usr/share/datasets/fashion-mnist/*.gz; do
+      gunzip -c "$f" > "$dir/data/FashionMNIST/raw/$(basename "$f" .gz)"
+    done
+    sed -i 's/from torchvision.datasets import MNIST/from torchvision.datasets import FashionMNIST as MNIST/' "$dir/model.py"
+    grep -q "FashionMNIST as MNIST" "$dir/model.py" || { echo "prepare: $dir/model.py has no MNIST import to swap" >&2; exit 2; }
+    ;;
+  run)
+    dir=$2; p=$3; rounds=${4:-30}; log="fmnist_p$p.log"
+    cd "$dir"
+    OMP_NUM_THREADS=2 nice -n 5 python main.py --data_root data --latent_dim 64 --lbd 1 --p "$p" --seed 66 \
+      --num_workers 1 --trial "fmnist_p$p" > "$log" 2>&1 &
+    pid=$!
+    # the log carries tqdm's carriage-return progress bars: count the rounds' prints, not its lines
+    while kill -0 "$pid" 2>/dev/null; do
+      done_rounds=$(tr '\r' '\n' < "$log" | grep -ac "nmi:" || true)
+      [ "$done_rounds" -ge "$rounds" ] && { kill "$pid"; break; }
+      sleep 30
+    done
+    wait "$pid" 2>/dev/null || true
+    ;;
+  table)
+    dir=$2; p=$3; log="$dir/fmnist_p$p.log"; out="benchmarks/results/ccfc_official_70k_p$p.md"
+    # a markdown page, not a results CSV: the runner's results page reads every CSV there as an experiment's
+    {
+      echo "# The official CCFC code on all 70,000 Fashion-MNIST images, p = $p (stage 1, per round)"
+      echo
+      echo "Command: \`bash benchmarks/ccfc_official.sh prepare SRC $dir\`, \`bash benchmarks/ccfc_official.sh run $dir $p\`,"
+      echo "then \`bash benchmarks/ccfc_official.sh table $dir $p\`. Jarvisyan/CCFC-pytorch at commit $(cat "$dir/OFFICIAL_COMMIT"),"
+      echo "its MNIST class swapped for torchvision's FashionMNIST and nothing else; latent 64, lambda 1, seed 66, its own"
+      echo "partition, fp32, each client's own round-1 initialisation (the code's). Log last written"
+      echo "$(date -u -r "$log" '+%Y-%m-%d %H:%M UTC'); machine: $(uname -n) | $(uname -m) | $(nproc) cores | torch $(python -c 'import torch; print(torch.__version__)')."
+      echo "NMI and ACC: the code's own print after each round (k-means of the clients' centroids, every image labelled by"
+      echo "its nearest global centroid by cosine); beside fedclust's run in ccfc_paper_protocol.md."
+      echo
+      echo "| round | nmi | acc |"
+      echo "|---|---|---|"
+      # the first print follows round 1 (the code counts its rounds from 0)
+      tr '\r' '\n' < "$log" | grep -a "nmi:" | head -n 100 | awk '
+        { acc = $0; sub(/.*acc: */, "", acc); sub(/ .*/, "", acc)
+          nmi = $0; sub(/.*nmi: */, "", nmi); sub(/ .*/, "", nmi)
+          printf "| %d | %s | %s |\n", NR, nmi, acc }'
+    } > "$out"
+    echo "$out: $(grep -c '^| [0-9]' "$out") rounds"
+    ;;
+  *) echo "usage: bash benchmarks/ccfc_official.sh prepare SRC DIR | run DIR P [ROUNDS] | table DIR P" >&2; exit 2 ;;
+esac
