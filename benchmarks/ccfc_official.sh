@@ -11,7 +11,8 @@
 # FashionMNIST read from the Debian package's files, so nothing is downloaded. run uses the paper's Fashion-MNIST
 # settings (latent 64, lambda 1) and seed 66, as ccfc_paper_protocol, with two threads, niced; the code prints
 # `acc: ... | nmi: ...` after every stage-1 round (scikit-learn's k-means of the global centroids, on all 70,000
-# images). The code cannot resume: a run cut off starts again from round 1.
+# images). The code cannot resume: a run cut off starts again from round 1 (and, finding its saved model, would skip
+# stage 1: remove outputs/fmnist_pP first). FEDCLUST_OFFICIAL_POLL: seconds between looks at the log (default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,9 +40,9 @@ case "${1:-}" in
     pid=$!
     # the log carries tqdm's carriage-return progress bars: count the rounds' prints, not its lines
     while kill -0 "$pid" 2>/dev/null; do
-      done_rounds=$(tr '\r' '\n' < "$log" | grep -ac "nmi:" || true)
+      done_rounds=$( (tr '\r' '\n' < "$log") 2>/dev/null | grep -ac "nmi:" || true)
       [ "$done_rounds" -ge "$rounds" ] && { kill "$pid"; break; }
-      sleep 30
+      sleep "${FEDCLUST_OFFICIAL_POLL:-30}"
     done
     wait "$pid" 2>/dev/null || true
     ;;
