@@ -11,8 +11,9 @@
 # FashionMNIST read from the Debian package's files, so nothing is downloaded. run uses the paper's Fashion-MNIST
 # settings (latent 64, lambda 1) and seed 66, as ccfc_paper_protocol, with two threads, niced; the code prints
 # `acc: ... | nmi: ...` after every stage-1 round (scikit-learn's k-means of the global centroids, on all 70,000
-# images). The code cannot resume: a run cut off starts again from round 1 (and, finding its saved model, would skip
-# stage 1: remove outputs/fmnist_pP first). FEDCLUST_OFFICIAL_POLL: seconds between looks at the log (default 30).
+# images). The code cannot resume stage 1: started again, it finds the model it saved and goes straight to the
+# cluster stage, so run refuses a DIR that holds outputs/fmnist_pP (remove it to start over).
+# FEDCLUST_OFFICIAL_POLL: seconds between looks at the log (default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +36,10 @@ case "${1:-}" in
   run)
     dir=$2; p=$3; rounds=${4:-30}; log="fmnist_p$p.log"
     cd "$dir"
+    if [ -e "outputs/fmnist_p$p" ]; then
+      echo "run: $dir/outputs/fmnist_p$p exists (an earlier run's saved model would skip stage 1); remove it to start over" >&2
+      exit 2
+    fi
     OMP_NUM_THREADS=2 nice -n 5 python main.py --data_root data --latent_dim 64 --lbd 1 --p "$p" --seed 66 \
       --num_workers 1 --trial "fmnist_p$p" > "$log" 2>&1 &
     pid=$!
