@@ -13,13 +13,21 @@
 # `acc: ... | nmi: ...` after every stage-1 round (scikit-learn's k-means of the global centroids, on all 70,000
 # images). The code cannot resume stage 1: started again, it finds the model it saved and goes straight to the
 # cluster stage, so run refuses a DIR that holds outputs/fmnist_pP (remove it to start over).
-# FEDCLUST_OFFICIAL_POLL: seconds between looks at the log (default 30).
+# FEDCLUST_OFFICIAL_POLL: seconds between looks at the log (default 30); FMNIST_DIR: the packaged .gz files (default
+# /usr/share/datasets/fashion-mnist); FEDCLUST_OFFICIAL_RESULTS: where table writes (default benchmarks/results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fmnist=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
+results=${FEDCLUST_OFFICIAL_RESULTS:-benchmarks/results}
+
+usage() { echo "usage: bash benchmarks/ccfc_official.sh prepare SRC DIR | run DIR P [ROUNDS] | table DIR P" >&2; exit 2; }
 
 case "${1:-}" in
   prepare)
+    [ $# -eq 3 ] || usage
     src=$2; dir=$3
+    [ -d "$src" ] || { echo "prepare: SRC $src is not a folder (a clone of Jarvisyan/CCFC-pytorch or its bare mirror)" >&2; exit 2; }
+    compgen -G "$fmnist/*.gz" > /dev/null || { echo "prepare: no Fashion-MNIST .gz files in $fmnist (apt-get install dataset-fashion-mnist, or set FMNIST_DIR)" >&2; exit 2; }
     mkdir -p "$dir"
     if [ -d "$src/.git" ] || [ ! -d "$src/objects" ]; then
       cp -r "$src"/. "$dir"/; git -C "$src" rev-parse --short HEAD > "$dir/OFFICIAL_COMMIT"
@@ -27,14 +35,16 @@ case "${1:-}" in
       git --git-dir="$src" archive HEAD | tar -x -C "$dir"; git --git-dir="$src" rev-parse --short HEAD > "$dir/OFFICIAL_COMMIT"
     fi
     mkdir -p "$dir/data/FashionMNIST/raw"
-    for f in /usr/share/datasets/fashion-mnist/*.gz; do
+    for f in "$fmnist"/*.gz; do
       gunzip -c "$f" > "$dir/data/FashionMNIST/raw/$(basename "$f" .gz)"
     done
     sed -i 's/from torchvision.datasets import MNIST/from torchvision.datasets import FashionMNIST as MNIST/' "$dir/model.py"
     grep -q "FashionMNIST as MNIST" "$dir/model.py" || { echo "prepare: $dir/model.py has no MNIST import to swap" >&2; exit 2; }
     ;;
   run)
+    [ $# -eq 3 ] || [ $# -eq 4 ] || usage
     dir=$2; p=$3; rounds=${4:-30}; log="fmnist_p$p.log"
+    [ -f "$dir/main.py" ] || { echo "run: $dir holds no main.py (prepare it first)" >&2; exit 2; }
     cd "$dir"
     if [ -e "outputs/fmnist_p$p" ]; then
       echo "run: $dir/outputs/fmnist_p$p exists (an earlier run's saved model would skip stage 1); remove it to start over" >&2
@@ -52,7 +62,9 @@ case "${1:-}" in
     wait "$pid" 2>/dev/null || true
     ;;
   table)
-    dir=$2; p=$3; log="$dir/fmnist_p$p.log"; out="benchmarks/results/ccfc_official_70k_p$p.md"
+    [ $# -eq 3 ] || usage
+    dir=$2; p=$3; log="$dir/fmnist_p$p.log"; out="$results/ccfc_official_70k_p$p.md"; mkdir -p "$results"
+    [ -f "$log" ] || { echo "table: $log does not exist (run DIR $p first)" >&2; exit 2; }
     # a markdown page, not a results CSV: the runner's results page reads every CSV there as an experiment's
     {
       echo "# The official CCFC code on all 70,000 Fashion-MNIST images, p = $p (stage 1, per round)"
@@ -75,5 +87,5 @@ case "${1:-}" in
     } > "$out"
     echo "$out: $(grep -c '^| [0-9]' "$out") rounds"
     ;;
-  *) echo "usage: bash benchmarks/ccfc_official.sh prepare SRC DIR | run DIR P [ROUNDS] | table DIR P" >&2; exit 2 ;;
+  *) usage ;;
 esac
