@@ -9,8 +9,10 @@ What it does, each round (findings and figures: docs/findings/fedspectral.md):
   GroupNorm (Hsieh et al., ICML 2020): it learns nothing of a client's class mix from batch statistics.
 - Each client describes its samples in the clustering space of the round's global model (`cluster_space`: the
   trunk's features, beside the images' histograms of oriented gradients for images: a fixed, brightness-blind
-  descriptor of shape, Dalal & Triggs, CVPR 2005) and sends the means of fixed groups of its samples, drawn once
-  (equal sizes, at least `summary_size`, by default the run's floor federation.min_summary_size), with their sizes.
+  descriptor of shape, Dalal & Triggs, CVPR 2005), optionally (`smooth_steps`) propagated over its own samples'
+  nearest-neighbour graph, built once (personalised PageRank, APPNP: Klicpera et al., ICLR 2019), and sends the
+  means of fixed groups of its samples, drawn once (equal sizes, at least `summary_size`, by default the run's
+  floor federation.min_summary_size), with their sizes.
 - The server clusters all summaries by spectral clustering on a sparse nearest-neighbour graph (KASP: Yan, Huang &
   Jordan, KDD 2009; self-tuning edge weights, Zelnik-Manor & Perona, NIPS 2004; LOBPCG), and sends every summary's
   cluster back with the summaries.
@@ -19,7 +21,8 @@ What it does, each round (findings and figures: docs/findings/fedspectral.md):
 
 What leaves a client: the model's weights, and per round n / summary_size means of fixed groups of at least the
 floor's samples each, with their counts. No raw or per-sample vector, no group redrawn (so the server cannot
-difference two groupings of the same samples), no label. Fine structure stays on the client: its own graph.
+difference two groupings of the same samples; the smoothing graph is fixed with the groups, so a summary stays one
+combination of the same samples), no label. Fine structure stays on the client: its own graph.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedclust.clustering.graph_smoothing import propagate
 from fedclust.clustering.knn_vote import nearest_neighbors, nearest_rows
 from fedclust.clustering.label_history import vote_over_labellings
 from fedclust.clustering.label_spreading import label_spreading
@@ -48,6 +52,7 @@ ClusterSpace = Literal["backbone", "hog+backbone"]
 CLUSTER_SPACES = get_args(ClusterSpace)
 TEMPERATURE = 0.5  # NT-Xent's temperature (SimCLR's)
 GROUPS = "groups"  # ctx.state: each of the client's samples' fixed group, drawn the first round it takes part
+GRAPH = "graph"  # ctx.state: the client's smoothing graph (n, spread_neighbors + 1), built with its groups
 HISTORY = "labels_by_round"  # ctx.state: {round: its labels} of the client's last round_vote evaluated rounds
 
 
@@ -82,6 +87,10 @@ class FedSpectral(FederatedMethod):
         spread_alpha: Label spreading's alpha over that graph, in [0, 1) (how far a label travels).
         round_vote: A client labels its samples by a vote over its labels of its last this many evaluated rounds
             (cluster ids renamed by overlap; 1: the last round's alone).
+        smooth_steps: Propagation steps of each client's clustering-space rows over its own graph (the sample and its
+            spread_neighbors nearest, built the first round the client takes part and kept, as its groups are)
+            before they are grouped, summarised and labelled (0: none).
+        smooth_alpha: The share of each step taken from the neighbours, in [0, 1] (the rest returns to the row).
         cluster_weight: Weight of the supervised contrastive term on z (0: none). From the second round a client
             labels its samples as it does for evaluation (nearest summary of the server's last clustering, spread
             over its own graph; no vote, no true label) and treats same-label samples of a batch as positives. An
@@ -96,11 +105,13 @@ class FedSpectral(FederatedMethod):
                  augment: Literal["simsiam28", "color"] = "simsiam28", crop_scale: tuple[float, float] = (0.5, 1.0),
                  blur_sigma: tuple[float, float] = (0.1, 2.0), summary_size: int | None = None, neighbors: int = 5,
                  cluster_space: ClusterSpace = "backbone", hog_cell: int = 4, spread_neighbors: int = 5,
-                 spread_alpha: float = 0.99, round_vote: int = 10, cluster_weight: float = 0.0):
+                 spread_alpha: float = 0.99, round_vote: int = 10, smooth_steps: int = 0, smooth_alpha: float = 0.9,
+                 cluster_weight: float = 0.0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("neighbors", neighbors, 1), ("spread_neighbors", spread_neighbors, 0),
-                                 ("round_vote", round_vote, 1), ("hog_cell", hog_cell, 1)):
+                                 ("round_vote", round_vote, 1), ("hog_cell", hog_cell, 1),
+                                 ("smooth_steps", smooth_steps, 0)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
         for name, value in (("summary_size", summary_size), ("projector_rank", projector_rank)):
@@ -110,6 +121,11 @@ class FedSpectral(FederatedMethod):
             raise ConfigError("method.cluster_space", cluster_space, ", ".join(CLUSTER_SPACES))
         if not 0 <= spread_alpha < 1:
             raise ConfigError("method.spread_alpha", spread_alpha, "a number in [0, 1)")
+        if not 0 <= smooth_alpha <= 1:
+            raise ConfigError("method.smooth_alpha", smooth_alpha, "a number in [0, 1]")
+        if smooth_steps and not spread_neighbors:
+            raise ConfigError("method.spread_neighbors", spread_neighbors,
+                              "an integer >= 1 when method.smooth_steps is set (smoothing runs over that graph)")
         for name, value in (("decorrelation_weight", decorrelation_weight), ("cluster_weight", cluster_weight)):
             if not value >= 0:
                 raise ConfigError(f"method.{name}", value, "a non-negative number")
@@ -161,7 +177,7 @@ class FedSpectral(FederatedMethod):
         self._augment_gen = ctx.generator("augment")
         # Summaries come from the global model, before local training, so that every client describes its samples
         # in the one space the server clusters in.
-        h = self._embed_all(ctx.data)
+        h = self._smoothed(self._embed_all(ctx.data), ctx.state)
         size = self.hparams.summary_size or ctx.min_summary_size
         groups = ctx.state.get(GROUPS)
         if not (isinstance(groups, Tensor) and groups.dtype == torch.long and groups.shape == (len(h),)
@@ -177,6 +193,20 @@ class FedSpectral(FederatedMethod):
             # cosine, does not move, and the labels only pick positives. A client's indices are sorted (as CCFC's
             # pseudo-labels also rely on), so a batch finds its rows by binary search.
             self._pseudo = (ctx.data.indices.to(h.device), self._summary_labels(h))
+
+    def _smoothed(self, h: Tensor, state: dict[str, Any]) -> Tensor:
+        """The client's rows h propagated over its own graph, built from the first h it saw and kept in its state
+        (smooth_steps 0: h unchanged)."""
+        hp = self.hparams
+        if not hp.smooth_steps:
+            return h
+        graph = state.get(GRAPH)
+        width = min(hp.spread_neighbors + 1, len(h))
+        if not (isinstance(graph, Tensor) and graph.dtype == torch.long and graph.shape == (len(h), width)
+                and len(h) and int(graph.min()) >= 0 and int(graph.max()) < len(h)):
+            graph = nearest_neighbors(h, hp.spread_neighbors).cpu()  # first round, or an untrusted checkpoint's
+            state[GRAPH] = graph
+        return propagate(h, graph.to(h.device), hp.smooth_steps, hp.smooth_alpha)
 
     def _embed_all(self, data) -> Tensor:
         training = self.training
@@ -289,7 +319,7 @@ class FedSpectral(FederatedMethod):
 
     def _client_labels(self, client, state: dict[str, Any]) -> Tensor:
         hp = self.hparams
-        labels = self._summary_labels(self._embed_all(client)).cpu()
+        labels = self._summary_labels(self._smoothed(self._embed_all(client), state)).cpu()
         kept = self._kept_labels(state.get(HISTORY), len(labels))
         kept[self.space_round] = labels
         state[HISTORY] = dict(sorted(kept.items())[-hp.round_vote:])

@@ -162,6 +162,39 @@ def test_samples_take_their_nearest_summarys_cluster_spread_over_their_clients_o
     assert method.global_centroids().shape == (method.num_clusters, method.summaries.shape[1])
 
 
+def test_smoothing_runs_over_each_clients_own_graph_fixed_with_its_groups():
+    data = _data()
+    method = tiny(smooth_steps=3, smooth_alpha=0.8)
+    method.build(data.info)
+    states = {}
+    updates = _round(method, data, states)
+    method.eval()
+    with torch.no_grad():
+        h = method.embed(data.gather(data.parts[0]))
+    graph = states[0]["graph"]
+    assert torch.equal(graph, nearest_neighbors(h, 4))  # the sample and its spread_neighbors nearest, its own only
+    g = h
+    for _ in range(3):
+        g = 0.2 * h + 0.8 * g[graph].mean(1)
+    smoothed = torch.nn.functional.normalize(g, dim=1)
+    groups = states[0]["groups"]
+    torch.testing.assert_close(updates[0].payload["summaries"][1], smoothed[groups == 1].mean(0))
+    # labelling: nearest summary of the smoothed rows, spread over the smoothed rows' graph
+    labels = method.predict(data, states)
+    nearest = method.summary_labels[assign_nearest(smoothed, method.summaries, cosine=True)]
+    expected = label_spreading(nearest_neighbors(smoothed, 4), nearest, method.num_clusters, 0.9)
+    assert torch.equal(labels[data.parts[0]], expected)
+    # the graph is kept with the groups when the model moves (a summary stays one combination of the same samples)
+    with torch.no_grad():
+        for p in method.parameters():
+            p.add_(0.5)
+    _round(method, data, states, rnd=1)
+    assert torch.equal(states[0]["graph"], graph) and torch.equal(states[0]["groups"], groups)
+    states[1]["graph"] = torch.full((len(data.parts[1]), 5), 10**6)  # untrusted checkpoint: rebuilt, not indexed
+    _round(method, data, states, rnd=2)
+    assert int(states[1]["graph"].max()) < len(data.parts[1])
+
+
 def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
     data = _data()
     method = tiny(round_vote=3)
@@ -189,7 +222,8 @@ def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
 @pytest.mark.parametrize("bad", [dict(summary_size=0), dict(neighbors=0), dict(decorrelation_weight=-1.0),
                                  dict(spread_neighbors=-1), dict(spread_alpha=1.0), dict(round_vote=0),
                                  dict(projector_rank=0), dict(hog_cell=0), dict(cluster_space="input+backbone"),
-                                 dict(cluster_weight=-0.5)])
+                                 dict(cluster_weight=-0.5), dict(smooth_steps=-1), dict(smooth_alpha=1.5),
+                                 dict(smooth_steps=2, spread_neighbors=0)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
