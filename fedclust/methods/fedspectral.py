@@ -90,7 +90,8 @@ class FedSpectral(FederatedMethod):
         smooth_steps: Propagation steps of each client's clustering-space rows over its own graph (the sample and its
             spread_neighbors nearest, built the first round the client takes part and kept, as its groups are)
             before they are grouped, summarised and labelled (0: none). An option not taken: 16 steps gained 0.07 at
-            p = 1 and ended 0.006 lower at p = 0 over three seeds of the training split (docs/findings/fedspectral.md).
+            p = 1 (one seed) and ended 0.006 lower at p = 0 (three seeds) on the training split (docs/findings/
+            fedspectral.md).
         smooth_alpha: The share of each step taken from the neighbours, in [0, 1] (the rest returns to the row).
         cluster_weight: Weight of the supervised contrastive term on z (0: none). From the second round a client
             labels its samples as it does for evaluation (nearest summary of the server's last clustering, spread
