@@ -182,8 +182,7 @@ class FedSpectral(FederatedMethod):
         h = self._smoothed(self._embed_all(ctx.data), ctx.state)
         size = self.hparams.summary_size or ctx.min_summary_size
         groups = ctx.state.get(GROUPS)
-        if not (isinstance(groups, Tensor) and groups.dtype == torch.long and groups.shape == (len(h),)
-                and int(groups.min()) >= 0):  # first round (or an untrusted checkpoint's nonsense): draw them once
+        if not _indices(groups, (len(h),), len(h)):  # first round (or an untrusted checkpoint's nonsense): draw once
             groups = fixed_groups(h, size, int_seed(ctx.seed, "groups", ctx.client_id)).cpu()
             ctx.state[GROUPS] = groups
         self._summaries, self._sizes = group_summaries(h, groups.to(h.device))
@@ -204,8 +203,7 @@ class FedSpectral(FederatedMethod):
             return h
         graph = state.get(GRAPH)
         width = min(hp.spread_neighbors + 1, len(h))
-        if not (isinstance(graph, Tensor) and graph.dtype == torch.long and graph.shape == (len(h), width)
-                and len(h) and int(graph.min()) >= 0 and int(graph.max()) < len(h)):
+        if not _indices(graph, (len(h), width), len(h)):
             graph = nearest_neighbors(h, hp.spread_neighbors).cpu()  # first round, or an untrusted checkpoint's
             state[GRAPH] = graph
         return propagate(h, graph.to(h.device), hp.smooth_steps, hp.smooth_alpha)
@@ -341,5 +339,11 @@ class FedSpectral(FederatedMethod):
         if not isinstance(history, dict):
             return {}
         return {r: h for r, h in history.items() if isinstance(r, int) and r < self.space_round
-                and isinstance(h, Tensor) and h.dtype == torch.long and h.shape == (n,)
-                and int(h.min()) >= 0 and int(h.max()) < self.num_clusters}
+                and _indices(h, (n,), self.num_clusters)}
+
+
+def _indices(value: Any, shape: tuple[int, ...], high: int) -> bool:
+    """Whether a value read from a client's (untrusted) state is an int64 tensor of this shape with every entry in
+    [0, high): the check before the method indexes with it."""
+    return (isinstance(value, Tensor) and value.dtype == torch.long and value.shape == shape and value.numel() > 0
+            and int(value.min()) >= 0 and int(value.max()) < high)

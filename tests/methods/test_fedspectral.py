@@ -191,8 +191,10 @@ def test_smoothing_runs_over_each_clients_own_graph_fixed_with_its_groups():
     _round(method, data, states, rnd=1)
     assert torch.equal(states[0]["graph"], graph) and torch.equal(states[0]["groups"], groups)
     states[1]["graph"] = torch.full((len(data.parts[1]), 5), 10**6)  # untrusted checkpoint: rebuilt, not indexed
+    states[2]["groups"] = torch.full((len(data.parts[2]),), 10**6)  # nor are groups out of range counted
     _round(method, data, states, rnd=2)
     assert int(states[1]["graph"].max()) < len(data.parts[1])
+    assert int(states[2]["groups"].max()) < len(data.parts[2]) // FLOOR
 
 
 def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
