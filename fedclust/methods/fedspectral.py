@@ -5,7 +5,10 @@ What it does, each round (findings and figures: docs/findings/fedspectral.md):
   FedDecorr's decorrelation of z (Shi et al., ICLR 2023), which keeps contrastive training from collapsing into a
   few directions under label skew; optionally (`cluster_weight`) a supervised contrastive term (Khosla et al.,
   NeurIPS 2020) whose positives are the samples the federation's last clustering put together, so that the
-  representation learns the server's clusters (the idea of Orchestra, Lubana et al., ICML 2022). The trunk uses
+  representation learns the server's clusters (the idea of Orchestra, Lubana et al., ICML 2022); optionally
+  (`neighbor_positives`) a sample's second view drawn from one of its nearest samples of the client in the round's
+  clustering space (NNCLR's neighbours as positives, Dwibedi et al., ICCV 2021, taken in the client's own data, as
+  SCAN mines them, Van Gansbeke et al., ECCV 2020). The trunk uses
   GroupNorm (Hsieh et al., ICML 2020): it learns nothing of a client's class mix from batch statistics.
 - Each client describes its samples in the clustering space of the round's global model (`cluster_space`: the
   trunk's features, beside the images' histograms of oriented gradients for images: a fixed, brightness-blind
@@ -97,6 +100,9 @@ class FedSpectral(FederatedMethod):
             labels its samples as it does for evaluation (nearest summary of the server's last clustering, spread
             over its own graph; no vote, no true label) and treats same-label samples of a batch as positives. An
             option not taken: weight 1 ended 0.06 lower at p = 0 on the training split (docs/findings/fedspectral.md).
+        neighbor_positives: A sample's second view is drawn from itself or, as likely each, one of its this many
+            nearest samples of the client, found each round in the clustering space of the round's global model (0:
+            its own second view, SimCLR's pair). The neighbours stay on the client; nothing more leaves.
     """
 
     summary_keys = {"summaries": "summary_sizes"}
@@ -108,12 +114,12 @@ class FedSpectral(FederatedMethod):
                  blur_sigma: tuple[float, float] = (0.1, 2.0), summary_size: int | None = None, neighbors: int = 5,
                  cluster_space: ClusterSpace = "backbone", hog_cell: int = 4, spread_neighbors: int = 5,
                  spread_alpha: float = 0.99, round_vote: int = 10, smooth_steps: int = 0, smooth_alpha: float = 0.9,
-                 cluster_weight: float = 0.0):
+                 cluster_weight: float = 0.0, neighbor_positives: int = 0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         for name, value, low in (("neighbors", neighbors, 1), ("spread_neighbors", spread_neighbors, 0),
                                  ("round_vote", round_vote, 1), ("hog_cell", hog_cell, 1),
-                                 ("smooth_steps", smooth_steps, 0)):
+                                 ("smooth_steps", smooth_steps, 0), ("neighbor_positives", neighbor_positives, 0)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
         for name, value in (("summary_size", summary_size), ("projector_rank", projector_rank)):
@@ -136,6 +142,7 @@ class FedSpectral(FederatedMethod):
         self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
         self.space_round = -1  # which round (over all stages) that was
         self._pseudo: tuple[Tensor, Tensor] | None = None  # client: its (sorted) sample indices, their labels
+        self._partners: tuple[Tensor, Tensor, Any] | None = None  # client: its sorted indices, their graph, gather
 
     def build(self, info: DataInfo) -> None:
         super().build(info)
@@ -194,6 +201,10 @@ class FedSpectral(FederatedMethod):
             # cosine, does not move, and the labels only pick positives. A client's indices are sorted (as CCFC's
             # pseudo-labels also rely on), so a batch finds its rows by binary search.
             self._pseudo = (ctx.data.indices.to(h.device), self._summary_labels(h))
+        self._partners = None
+        if self.hparams.neighbor_positives:  # each sample's candidates: itself and its nearest, in the round's space
+            self._partners = (ctx.data.indices.to(h.device), nearest_neighbors(h, self.hparams.neighbor_positives),
+                              ctx.data.source.gather)
 
     def _smoothed(self, h: Tensor, state: dict[str, Any]) -> Tensor:
         """The client's rows h propagated over its own graph, built from the first h it saw and kept in its state
@@ -228,7 +239,14 @@ class FedSpectral(FederatedMethod):
     def batched_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """The batch's two views, drawn from the client's generator (the step's only randomness)."""
         x = batch["x"]
-        inputs = {"x1": self._view(x), "x2": self._view(x)}  # drawn in this order, as the views always were
+        if self._partners is None:
+            inputs = {"x1": self._view(x), "x2": self._view(x)}  # drawn in this order, as the views always were
+        else:
+            indices, graph, gather = self._partners
+            rows = torch.searchsorted(indices, batch["index"].to(indices.device))
+            pick = torch.randint(graph.shape[1], (len(rows),), generator=self._augment_gen,
+                                 device=self._augment_gen.device).to(graph.device)
+            inputs = {"x1": self._view(x), "x2": self._view(gather(indices[graph[rows, pick]]))}
         if self._pseudo is not None:
             indices, labels = self._pseudo
             inputs["y"] = labels[torch.searchsorted(indices, batch["index"].to(indices.device))]

@@ -136,6 +136,29 @@ def test_cluster_weight_adds_a_supervised_contrast_over_the_labels_of_the_last_c
     assert loss == pytest.approx(float(nt_xent(z1, z2, 0.5)) + 2.0 * supervised, rel=1e-5)
 
 
+def test_neighbor_positives_draw_the_second_view_from_the_sample_or_its_nearest_in_the_rounds_space(monkeypatch):
+    data = _data()
+    method = tiny(neighbor_positives=3)
+    method.build(data.info)
+    monkeypatch.setattr(method, "_view", lambda x: x)  # the views' inputs themselves
+    ctx = _client(method, data)
+    method.eval()
+    with torch.no_grad():  # the client's own samples, in the clustering space of the round's global model
+        h = method.embed(data.gather(ctx.data.indices))
+    method.train()
+    candidates = ctx.data.indices[nearest_neighbors(h, 3)]  # each sample and its 3 nearest, the client's own
+    batch = next(data.client(0, 64).batches(torch.Generator().manual_seed(0)))
+    inputs = method.batched_inputs(batch)
+    assert torch.equal(inputs["x1"], batch["x"])
+    position = {int(i): k for k, i in enumerate(ctx.data.indices)}
+    partners = []
+    for row, index in zip(inputs["x2"], batch["index"]):
+        chosen = [int(c) for c in candidates[position[int(index)]] if torch.equal(data.gather(c[None])[0], row)]
+        assert chosen, "a second view from a sample that is neither the sample nor one of its nearest"
+        partners.append(chosen[0] != int(index))
+    assert 0 < sum(partners) < len(partners)  # both itself and its neighbours are drawn (1 in 4 is itself)
+
+
 def test_samples_take_their_nearest_summarys_cluster_spread_over_their_clients_own_graph():
     data = _data()
     method = tiny()
@@ -225,7 +248,8 @@ def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
                                  dict(spread_neighbors=-1), dict(spread_alpha=1.0), dict(round_vote=0),
                                  dict(projector_rank=0), dict(hog_cell=0), dict(cluster_space="input+backbone"),
                                  dict(cluster_weight=-0.5), dict(smooth_steps=-1), dict(smooth_alpha=1.5),
-                                 dict(smooth_steps=2, spread_neighbors=0)])
+                                 dict(smooth_steps=2, spread_neighbors=0), dict(neighbor_positives=-1),
+                                 dict(neighbor_positives=1.5)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
