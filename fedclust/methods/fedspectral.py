@@ -30,6 +30,7 @@ combination of the same samples), no label. Fine structure stays on the client: 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import torch
@@ -144,7 +145,8 @@ class FedSpectral(FederatedMethod):
         self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
         self.space_round = -1  # which round (over all stages) that was
         self._pseudo: tuple[Tensor, Tensor] | None = None  # client: its (sorted) sample indices, their labels
-        self._partners: tuple[Tensor, Tensor, Any] | None = None  # client: its sorted indices, their graph, gather
+        # client: its sorted indices, each one's candidates (itself and its nearest), and the samples' gather
+        self._partners: tuple[Tensor, Tensor, Callable[[Tensor], Tensor]] | None = None
 
     def build(self, info: DataInfo) -> None:
         super().build(info)
@@ -269,6 +271,7 @@ class FedSpectral(FederatedMethod):
         return loss
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
+        self._partners = None  # holds the data set's gather: not kept past the client's visit
         return {"summaries": self._summaries, "summary_sizes": self._sizes}
 
     # --- server ------------------------------------------------------------------------------------
