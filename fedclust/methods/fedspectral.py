@@ -144,9 +144,10 @@ class FedSpectral(FederatedMethod):
         self.summary_labels: Tensor | None = None  # server: their clusters (S,)
         self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
         self.space_round = -1  # which round (over all stages) that was
-        self._pseudo: tuple[Tensor, Tensor] | None = None  # client: its (sorted) sample indices, their labels
-        # client: its sorted indices, each one's candidates (itself and its nearest), and the samples' gather
-        self._partners: tuple[Tensor, Tensor, Callable[[Tensor], Tensor]] | None = None
+        self._sample_ids: Tensor | None = None  # client: its sample indices (sorted), how a batch finds its rows
+        self._pseudo: Tensor | None = None  # client: its samples' labels from the server's last clustering
+        # client: each sample's candidates (itself and its nearest), and the samples' gather
+        self._partners: tuple[Tensor, Callable[[Tensor], Tensor]] | None = None
 
     def build(self, info: DataInfo) -> None:
         super().build(info)
@@ -199,16 +200,17 @@ class FedSpectral(FederatedMethod):
         self._summaries, self._sizes = group_summaries(h, groups.to(h.device))
         if len(h) < ctx.min_summary_size:  # a client smaller than the floor sends no summary (still trains)
             self._summaries, self._sizes = self._summaries[:0], self._sizes[:0]
+        # A client's indices are sorted (as CCFC's pseudo-labels also rely on), so a batch finds its rows by binary
+        # search; both per-sample options below are read through them.
+        self._sample_ids = ctx.data.indices.to(h.device)
         self._pseudo = None
         if self.hparams.cluster_weight and self.summaries is not None:
             # The last round's summaries were made one round of training earlier; the HOG block, half of every
-            # cosine, does not move, and the labels only pick positives. A client's indices are sorted (as CCFC's
-            # pseudo-labels also rely on), so a batch finds its rows by binary search.
-            self._pseudo = (ctx.data.indices.to(h.device), self._summary_labels(h))
+            # cosine, does not move, and the labels only pick positives.
+            self._pseudo = self._summary_labels(h)
         self._partners = None
         if self.hparams.neighbor_positives:  # each sample's candidates: itself and its nearest, in the round's space
-            self._partners = (ctx.data.indices.to(h.device), nearest_neighbors(h, self.hparams.neighbor_positives),
-                              ctx.data.source.gather)
+            self._partners = (nearest_neighbors(h, self.hparams.neighbor_positives), ctx.data.source.gather)
 
     def _smoothed(self, h: Tensor, state: dict[str, Any]) -> Tensor:
         """The client's rows h propagated over its own graph, built from the first h it saw and kept in its state
@@ -243,17 +245,18 @@ class FedSpectral(FederatedMethod):
     def batched_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """The batch's two views, drawn from the client's generator (the step's only randomness)."""
         x = batch["x"]
+        rows = None
+        if self._partners is not None or self._pseudo is not None:
+            rows = torch.searchsorted(self._sample_ids, batch["index"].to(self._sample_ids.device))
         if self._partners is None:
             inputs = {"x1": self._view(x), "x2": self._view(x)}  # drawn in this order, as the views always were
         else:
-            indices, graph, gather = self._partners
-            rows = torch.searchsorted(indices, batch["index"].to(indices.device))
+            graph, gather = self._partners
             pick = torch.randint(graph.shape[1], (len(rows),), generator=self._augment_gen,
                                  device=self._augment_gen.device).to(graph.device)
-            inputs = {"x1": self._view(x), "x2": self._view(gather(indices[graph[rows, pick]]))}
+            inputs = {"x1": self._view(x), "x2": self._view(gather(self._sample_ids[graph[rows, pick]]))}
         if self._pseudo is not None:
-            indices, labels = self._pseudo
-            inputs["y"] = labels[torch.searchsorted(indices, batch["index"].to(indices.device))]
+            inputs["y"] = self._pseudo[rows]
         return inputs
 
     def loss_from_inputs(self, inputs: dict[str, Tensor]) -> Tensor:

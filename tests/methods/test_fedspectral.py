@@ -109,9 +109,10 @@ def test_the_loss_is_nt_xent_plus_the_weighted_decorrelation_of_both_views(monke
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
-def test_cluster_weight_adds_a_supervised_contrast_over_the_labels_of_the_last_clustering(monkeypatch):
+@pytest.mark.parametrize("neighbors", [0, 2])  # the labels' rows are found the same way beside neighbour positives
+def test_cluster_weight_adds_a_supervised_contrast_over_the_labels_of_the_last_clustering(monkeypatch, neighbors):
     data = _data()
-    method = tiny(cluster_weight=2.0, decorrelation_weight=0.0)
+    method = tiny(cluster_weight=2.0, decorrelation_weight=0.0, neighbor_positives=neighbors)
     method.build(data.info)
     ctx = _client(method, data)
     batch = next(data.client(0, 64).batches(torch.Generator().manual_seed(0)))
