@@ -1,4 +1,5 @@
-"""Equal-size groups of a client's samples: what FedSpectral summarises (fedclust/methods/fedspectral.py).
+"""Equal-size groups of a client's samples: what FedSpectral summarises (fedclust/methods/families/
+summary_spectral.py).
 
 Why equal sizes: under the privacy floor (federation.min_summary_size = M) a client of n samples can send at most
 n / M summaries; equal groups reach that number, while k-means groups of uneven size, once the small ones are

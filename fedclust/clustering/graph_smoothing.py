@@ -4,7 +4,7 @@ its neighbours', so that the samples of one class sit closer before they are gro
 Personalised-PageRank propagation (APPNP: Klicpera, Bojchevski & Guennemann, ICLR 2019; with alpha 1 and no
 restart, SGC's P^t x: Wu et al., ICML 2019): g <- (1 - alpha) x + alpha P g, ``steps`` times from g = x, where P
 averages a row over itself and its graph neighbours. Used by FedSpectral on the client (fedclust/methods/
-fedspectral.py): the graph and the smoothed rows never leave it; only means of fixed groups of them do.
+families/summary_spectral.py): the graph and the smoothed rows never leave it; only means of fixed groups of them do.
 
 P is a torch sparse matrix of n x m entries built from the (n, m) neighbour lists nearest_neighbors returns, so a
 step is one sparse product and memory stays n x (m + d), never n x n; written here rather than taken from a graph

@@ -11,8 +11,12 @@ there, which a one-to-one matching forbids.)
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
+
+from fedclust.clustering.kept_state import valid_indices
 
 
 def renamed_to(earlier: Tensor, latest: Tensor, num_labels: int) -> Tensor:
@@ -34,3 +38,15 @@ def vote_over_labellings(labellings: list[Tensor], num_labels: int) -> Tensor:
         votes[rows, renamed_to(labels, latest, num_labels)] += 1
     votes[rows, latest] += 0.5
     return votes.argmax(1)
+
+
+def remember_and_vote(history: Any, labels: Tensor, round_index: int, keep: int,
+                      num_labels: int) -> tuple[dict[int, Tensor], Tensor]:
+    """A client's kept labellings {round: labels} with this round's ``labels`` added and only the last ``keep``
+    rounds kept, and the vote over them. ``history`` comes from the client's (untrusted) state: an entry that is not
+    an earlier round's valid labelling of these samples is dropped."""
+    kept = {r: h for r, h in history.items() if isinstance(r, int) and r < round_index
+            and valid_indices(h, labels.shape, num_labels)} if isinstance(history, dict) else {}
+    kept[round_index] = labels
+    kept = dict(sorted(kept.items())[-keep:])
+    return kept, vote_over_labellings(list(kept.values()), num_labels)

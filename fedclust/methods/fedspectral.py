@@ -10,17 +10,14 @@ What it does, each round (findings and figures: docs/findings/fedspectral.md):
   clustering space (NNCLR's neighbours as positives, Dwibedi et al., ICCV 2021, taken in the client's own data, as
   SCAN mines them, Van Gansbeke et al., ECCV 2020). The trunk uses
   GroupNorm (Hsieh et al., ICML 2020): it learns nothing of a client's class mix from batch statistics.
-- Each client describes its samples in the clustering space of the round's global model (`cluster_space`: the
-  trunk's features, beside the images' histograms of oriented gradients for images: a fixed, brightness-blind
-  descriptor of shape, Dalal & Triggs, CVPR 2005), optionally (`smooth_steps`) propagated over its own samples'
-  nearest-neighbour graph, built once (personalised PageRank, APPNP: Klicpera et al., ICLR 2019), and sends the
-  means of fixed groups of its samples, drawn once (equal sizes, at least `summary_size`, by default the run's
-  floor federation.min_summary_size), with their sizes.
-- The server clusters all summaries by spectral clustering on a sparse nearest-neighbour graph (KASP: Yan, Huang &
-  Jordan, KDD 2009; self-tuning edge weights, Zelnik-Manor & Perona, NIPS 2004; LOBPCG), and sends every summary's
-  cluster back with the summaries.
-- Each client labels a sample by its nearest summary's cluster, spreads those labels over its own samples'
-  nearest-neighbour graph (Zhou et al., NIPS 2004) and votes over its labels of its last `round_vote` rounds.
+- The clustering space (`cluster_space`): the trunk's features, beside the images' histograms of oriented
+  gradients for images (a fixed, brightness-blind descriptor of shape, Dalal & Triggs, CVPR 2005).
+- Summaries, the server's step and the labels are the SummarySpectral family's (fedclust/methods/families/
+  summary_spectral.py): each client sends the means of fixed groups of its samples in the round's clustering space
+  (equal sizes, at least `summary_size`, by default the run's floor federation.min_summary_size), optionally
+  smoothed over its own graph (`smooth_steps`); the server clusters them spectrally on a sparse nearest-neighbour
+  graph; each client labels a sample by its nearest summary's cluster, spread over its own graph and voted over
+  its last `round_vote` rounds.
 
 What leaves a client: the model's weights, and per round n / summary_size means of fixed groups of at least the
 floor's samples each, with their counts. No raw or per-sample vector, no group redrawn (so the server cannot
@@ -31,36 +28,28 @@ combination of the same samples), no label. Fine structure stays on the client: 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedclust.clustering.graph_smoothing import propagate
-from fedclust.clustering.knn_vote import nearest_neighbors, nearest_rows
-from fedclust.clustering.label_history import vote_over_labellings
-from fedclust.clustering.label_spreading import label_spreading
-from fedclust.clustering.spectral import spectral_clustering
-from fedclust.clustering.summaries import fixed_groups, group_summaries
-from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
+from fedclust.clustering.knn_vote import nearest_neighbors
+from fedclust.contract import ClientContext, DataInfo, Stage
 from fedclust.data.hog import hog
 from fedclust.data.views import ColorViews, SimSiamViews28
-from fedclust.errors import ConfigError, NotFittedError
+from fedclust.errors import ConfigError
 from fedclust.losses.contrastive import nt_xent, supervised_nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
+from fedclust.methods.families.summary_spectral import SummarySpectral, check_summary_settings
 from fedclust.nn.backbones import build_backbone
-from fedclust.seeding import int_seed
 
 ClusterSpace = Literal["backbone", "hog+backbone"]
 CLUSTER_SPACES = get_args(ClusterSpace)
 TEMPERATURE = 0.5  # NT-Xent's temperature (SimCLR's)
-GROUPS = "groups"  # ctx.state: each of the client's samples' fixed group, drawn the first round it takes part
-GRAPH = "graph"  # ctx.state: the client's smoothing graph (n, spread_neighbors + 1), built with its groups
-HISTORY = "labels_by_round"  # ctx.state: {round: its labels} of the client's last round_vote evaluated rounds
 
 
-class FedSpectral(FederatedMethod):
+class FedSpectral(SummarySpectral):
     """Decorrelated contrastive training, fixed-group summaries under the floor, spectral clustering of them.
 
     Args:
@@ -93,22 +82,17 @@ class FedSpectral(FederatedMethod):
             (cluster ids renamed by overlap; 1: the last round's alone).
         smooth_steps: Propagation steps of each client's clustering-space rows over its own graph (the sample and its
             spread_neighbors nearest, built the first round the client takes part and kept, as its groups are)
-            before they are grouped, summarised and labelled (0: none). An option not taken: 16 steps gained 0.07 at
-            p = 1 (one seed) and ended 0.006 lower at p = 0 (three seeds) on the training split (docs/findings/
-            fedspectral.md).
+            before they are grouped, summarised and labelled (0: none; no config sets it, docs/findings/fedspectral.md).
         smooth_alpha: The share of each step taken from the neighbours, in [0, 1] (the rest returns to the row).
         cluster_weight: Weight of the supervised contrastive term on z (0: none). From the second round a client
             labels its samples as it does for evaluation (nearest summary of the server's last clustering, spread
-            over its own graph; no vote, no true label) and treats same-label samples of a batch as positives. An
-            option not taken: weight 1 ended 0.06 lower at p = 0 on the training split (docs/findings/fedspectral.md).
+            over its own graph; no vote, no true label) and treats same-label samples of a batch as positives (no
+            config sets it, docs/findings/fedspectral.md).
         neighbor_positives: A sample's second view is drawn from itself or, as likely each, one of its this many
             nearest samples of the client, found each round in the clustering space of the round's global model (0:
-            its own second view, SimCLR's pair). The neighbours stay on the client; nothing more leaves. An option
-            not taken: k = 1 and 5 ended 0.006 lower at p = 0 (three seeds) on the training split (docs/findings/
-            fedspectral.md).
+            its own second view, SimCLR's pair). The neighbours stay on the client; nothing more leaves (no config
+            sets it, docs/findings/fedspectral.md).
     """
-
-    summary_keys = {"summaries": "summary_sizes"}
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28", projector_hidden: int = 512,
                  projector_rank: int | None = None, latent_dim: int = 128, rounds: int = 30, local_epochs: int = 1,
@@ -120,30 +104,18 @@ class FedSpectral(FederatedMethod):
                  cluster_weight: float = 0.0, neighbor_positives: int = 0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
-        for name, value, low in (("neighbors", neighbors, 1), ("spread_neighbors", spread_neighbors, 0),
-                                 ("round_vote", round_vote, 1), ("hog_cell", hog_cell, 1),
-                                 ("smooth_steps", smooth_steps, 0), ("neighbor_positives", neighbor_positives, 0)):
+        check_summary_settings(summary_size, neighbors, spread_neighbors, spread_alpha, round_vote, smooth_steps,
+                               smooth_alpha)
+        for name, value, low in (("hog_cell", hog_cell, 1), ("neighbor_positives", neighbor_positives, 0)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
-        for name, value in (("summary_size", summary_size), ("projector_rank", projector_rank)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ConfigError(f"method.{name}", value, "null or an integer >= 1")
+        if projector_rank is not None and (not isinstance(projector_rank, int) or projector_rank < 1):
+            raise ConfigError("method.projector_rank", projector_rank, "null or an integer >= 1")
         if cluster_space not in CLUSTER_SPACES:
             raise ConfigError("method.cluster_space", cluster_space, ", ".join(CLUSTER_SPACES))
-        if not 0 <= spread_alpha < 1:
-            raise ConfigError("method.spread_alpha", spread_alpha, "a number in [0, 1)")
-        if not 0 <= smooth_alpha <= 1:
-            raise ConfigError("method.smooth_alpha", smooth_alpha, "a number in [0, 1]")
-        if smooth_steps and not spread_neighbors:
-            raise ConfigError("method.spread_neighbors", spread_neighbors,
-                              "an integer >= 1 when method.smooth_steps is set (smoothing runs over that graph)")
         for name, value in (("decorrelation_weight", decorrelation_weight), ("cluster_weight", cluster_weight)):
             if not value >= 0:
                 raise ConfigError(f"method.{name}", value, "a non-negative number")
-        self.summaries: Tensor | None = None  # server: every client's summaries this round (S, d), unit norm
-        self.summary_labels: Tensor | None = None  # server: their clusters (S,)
-        self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
-        self.space_round = -1  # which round (over all stages) that was
         self._sample_ids: Tensor | None = None  # client: its sample indices (sorted), how a batch finds its rows
         self._pseudo: Tensor | None = None  # client: its samples' labels from the server's last clustering
         # client: each sample's candidates (itself and its nearest), and the samples' gather
@@ -178,28 +150,12 @@ class FedSpectral(FederatedMethod):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, foreach=True)
 
-    def summary_norm_bound(self) -> float:
-        return 1.0  # summaries are means of unit rows (embed)
-
     # --- client ------------------------------------------------------------------------------------
-    def on_round_start(self, ctx: RoundContext) -> None:
-        """The round's global weights: the space every client's summaries are made in, and its labels later."""
-        self.space = {k: v.detach().clone() for k, v in self.state_dict().items()}
-        self.space_round += 1
-
     def on_client_start(self, ctx: ClientContext) -> None:
         self._augment_gen = ctx.generator("augment")
         # Summaries come from the global model, before local training, so that every client describes its samples
         # in the one space the server clusters in.
-        h = self._smoothed(self._embed_all(ctx.data), ctx.state)
-        size = self.hparams.summary_size or ctx.min_summary_size
-        groups = ctx.state.get(GROUPS)
-        if not _indices(groups, (len(h),), len(h)):  # first round (or an untrusted checkpoint's nonsense): draw once
-            groups = fixed_groups(h, size, int_seed(ctx.seed, "groups", ctx.client_id)).cpu()
-            ctx.state[GROUPS] = groups
-        self._summaries, self._sizes = group_summaries(h, groups.to(h.device))
-        if len(h) < ctx.min_summary_size:  # a client smaller than the floor sends no summary (still trains)
-            self._summaries, self._sizes = self._summaries[:0], self._sizes[:0]
+        h = self.make_summaries(ctx)
         # A client's indices are sorted (as CCFC's pseudo-labels also rely on), so a batch finds its rows by binary
         # search; both per-sample options below are read through them.
         self._sample_ids = ctx.data.indices.to(h.device)
@@ -207,31 +163,10 @@ class FedSpectral(FederatedMethod):
         if self.hparams.cluster_weight and self.summaries is not None:
             # The last round's summaries were made one round of training earlier; the HOG block, half of every
             # cosine, does not move, and the labels only pick positives.
-            self._pseudo = self._summary_labels(h)
+            self._pseudo = self.summary_labels_of(h)
         self._partners = None
         if self.hparams.neighbor_positives:  # each sample's candidates: itself and its nearest, in the round's space
             self._partners = (nearest_neighbors(h, self.hparams.neighbor_positives), ctx.data.source.gather)
-
-    def _smoothed(self, h: Tensor, state: dict[str, Any]) -> Tensor:
-        """The client's rows h propagated over its own graph, built from the first h it saw and kept in its state
-        (smooth_steps 0: h unchanged)."""
-        hp = self.hparams
-        if not hp.smooth_steps:
-            return h
-        graph = state.get(GRAPH)
-        width = min(hp.spread_neighbors + 1, len(h))
-        if not _indices(graph, (len(h), width), len(h)):
-            graph = nearest_neighbors(h, hp.spread_neighbors).cpu()  # first round, or an untrusted checkpoint's
-            state[GRAPH] = graph
-        return propagate(h, graph.to(h.device), hp.smooth_steps, hp.smooth_alpha)
-
-    def _embed_all(self, data) -> Tensor:
-        training = self.training
-        self.eval()
-        with torch.no_grad():
-            h = torch.cat([self.embed(x) for x in data.iter_all()])
-        self.train(training)
-        return h
 
     def _view(self, x: Tensor) -> Tensor:
         if self.views is None:  # vector data: a noisy copy (no image augmentation applies)
@@ -275,37 +210,7 @@ class FedSpectral(FederatedMethod):
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         self._partners = None  # holds the data set's gather: not kept past the client's visit
-        return {"summaries": self._summaries, "summary_sizes": self._sizes}
-
-    # --- server ------------------------------------------------------------------------------------
-    def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
-                  ctx: RoundContext) -> None:
-        super().aggregate(averaged, updates, ctx)
-        points = torch.cat([u.payload["summaries"] for u in updates])
-        sizes = torch.cat([u.payload["summary_sizes"] for u in updates])
-        if len(points) == 0:  # every client that took part is below the floor: the clustering stays the last one's
-            return
-        self.summary_labels = spectral_clustering(points, self.num_clusters, neighbors=self.hparams.neighbors,
-                                                  weights=sizes, kernel="self_tuning",
-                                                  seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index,
-                                                                ctx.round)).cpu()
-        self.summaries = F.normalize(points.float(), dim=1).cpu()
-
-    def server_state(self) -> dict[str, Any]:
-        return {"summaries": self.summaries, "summary_labels": self.summary_labels, "space": self.space,
-                "space_round": self.space_round}
-
-    def load_server_state(self, state: dict[str, Any]) -> None:
-        self.summaries, self.summary_labels = state["summaries"], state["summary_labels"]
-        self.space, self.space_round = state.get("space"), int(state.get("space_round", -1))
-
-    def global_centroids(self) -> Tensor | None:
-        """Each cluster's mean summary direction (the clusters themselves are unions of summaries)."""
-        if self.summaries is None:
-            return None
-        sums = torch.zeros(self.num_clusters, self.summaries.shape[1]).index_add_(0, self.summary_labels,
-                                                                                   self.summaries)
-        return F.normalize(sums, dim=1)
+        return self.summary_payload()
 
     # --- evaluation ---------------------------------------------------------------------------------
     def embed(self, x: Tensor) -> Tensor:
@@ -313,63 +218,3 @@ class FedSpectral(FederatedMethod):
         if self.hparams.cluster_space == "hog+backbone":  # two unit blocks, equal shares of every cosine
             return F.normalize(torch.cat([hog(x, self.hparams.hog_cell), h], 1), dim=1)
         return h
-
-    def assign(self, x: Tensor) -> Tensor:
-        if self.summaries is None:
-            raise NotFittedError("FedSpectral has no summaries yet (no client has sent any)")
-        nearest = nearest_rows(self.embed(x), self.summaries.to(x.device))
-        return self.summary_labels.to(x.device)[nearest]
-
-    @torch.no_grad()
-    def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
-        """What every client does with the server's labels, in the space its summaries were made in: each sample
-        takes its nearest summary's cluster, spread over the client's own nearest-neighbour graph, then voted over
-        the client's last round_vote evaluated rounds. A sample no client holds takes its nearest summary's."""
-        if self.summaries is None:
-            raise NotFittedError("FedSpectral has no summaries yet (no client has sent any)")
-        current = {k: v.detach().clone() for k, v in self.state_dict().items()}
-        if self.space is not None:
-            self.load_state_dict(self.space)
-        labels = torch.full((len(data),), -1, dtype=torch.long)
-        try:
-            for cid, part in enumerate(data.parts):
-                if len(part):
-                    labels[part.cpu()] = self._client_labels(data.client(cid, self.batch_size),
-                                                             client_states.setdefault(cid, {}))
-            missing = (labels < 0).nonzero().squeeze(1)
-            if len(missing):
-                labels[missing] = torch.cat([self.assign(x).cpu() for x in data.iter_indices(missing)])
-        finally:
-            self.load_state_dict(current)
-        return labels
-
-    def _client_labels(self, client, state: dict[str, Any]) -> Tensor:
-        hp = self.hparams
-        labels = self._summary_labels(self._smoothed(self._embed_all(client), state)).cpu()
-        kept = self._kept_labels(state.get(HISTORY), len(labels))
-        kept[self.space_round] = labels
-        state[HISTORY] = dict(sorted(kept.items())[-hp.round_vote:])
-        return vote_over_labellings(list(state[HISTORY].values()), self.num_clusters)
-
-    def _summary_labels(self, h: Tensor) -> Tensor:
-        """A client's samples (embedded as h) labelled by their nearest summary's cluster, spread over its graph."""
-        hp = self.hparams
-        labels = self.summary_labels.to(h.device)[nearest_rows(h, self.summaries.to(h.device))]
-        if hp.spread_neighbors and hp.spread_alpha:
-            labels = label_spreading(nearest_neighbors(h, hp.spread_neighbors), labels, self.num_clusters,
-                                     hp.spread_alpha)
-        return labels
-
-    def _kept_labels(self, history: Any, n: int) -> dict[int, Tensor]:
-        """The client's earlier labels that are valid cluster ids of its n samples (a checkpoint is untrusted)."""
-        if not isinstance(history, dict):
-            return {}
-        return {r: h for r, h in history.items() if isinstance(r, int) and r < self.space_round
-                and _indices(h, (n,), self.num_clusters)}
-
-
-def _indices(value: Any, shape: tuple[int, ...], high: int) -> bool:
-    """Whether a value read from a client's (untrusted) state is an int64 tensor of this shape with every entry in
-    [0, high): the check before the method indexes with it."""
-    return (isinstance(value, Tensor) and value.dtype == torch.long and value.shape == shape and value.numel() > 0
-            and int(value.min()) >= 0 and int(value.max()) < high)

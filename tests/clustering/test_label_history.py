@@ -2,7 +2,7 @@
 
 import torch
 
-from fedclust.clustering.label_history import renamed_to, vote_over_labellings
+from fedclust.clustering.label_history import remember_and_vote, renamed_to, vote_over_labellings
 
 
 def test_earlier_ids_are_renamed_to_the_latest_by_overlap():
@@ -26,3 +26,17 @@ def test_one_labelling_or_agreeing_ones_are_kept_and_ties_keep_the_latest():
     assert torch.equal(vote_over_labellings([labels, labels.clone()], 3), labels)
     other = torch.tensor([1, 1, 0, 0])
     assert torch.equal(vote_over_labellings([other, labels], 3), labels)  # one against one: the latest wins
+
+
+def test_remember_and_vote_keeps_the_last_rounds_and_drops_what_a_checkpoint_should_not_hold():
+    a, b = torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 0, 0])  # the same partition, ids swapped
+    history = {0: a, 1: b, 2: torch.tensor([0, 0, 0]),  # wrong length
+               3: torch.tensor([0, 0, 7, 1]),  # an id out of range
+               "4": a, 9: a}  # not an int round; a round not before this one
+    latest = torch.tensor([1, 1, 1, 0])
+    kept, voted = remember_and_vote(history, latest, 5, keep=3, num_labels=2)
+    assert list(kept) == [0, 1, 5] and kept[5] is latest
+    assert torch.equal(voted, torch.tensor([1, 1, 0, 0]))  # two earlier rounds outvote the latest on sample 2
+    kept, voted = remember_and_vote(kept, latest, 6, keep=2, num_labels=2)
+    assert list(kept) == [5, 6] and torch.equal(voted, latest)
+    assert list(remember_and_vote("nonsense", latest, 0, 3, 2)[0]) == [0]

@@ -7,9 +7,11 @@ import torch
 
 from fedclust.clustering.balanced import balanced_assignment, balanced_groups, equal_sizes
 from fedclust.clustering.floor import dissolve_small_groups, effective_counts, floored_groups, zero_below_floor
+from fedclust.clustering.knn_vote import nearest_neighbors
+from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.metrics import nmi
 from fedclust.clustering.spectral import DENSE_BELOW, knn_affinity, spectral_clustering, spectral_embedding
-from fedclust.clustering.summaries import fixed_groups, group_summaries
+from fedclust.clustering.summaries import fixed_groups, group_summaries, label_by_summaries
 
 
 def test_balanced_assignment_fills_every_group_exactly_even_when_one_is_preferred():
@@ -128,3 +130,12 @@ def test_the_sparse_solver_finds_every_component_where_single_vector_lanczos_did
     assert nmi(labels, truth) > 0.99
     embedding = spectral_embedding(knn_affinity(x[:300], 10), 10)
     assert embedding.shape == (300, 10) and torch.allclose(embedding.norm(dim=1), torch.ones(300, dtype=torch.float64))
+
+
+def test_a_row_takes_its_nearest_summarys_label_then_spreads_over_the_rows_own_graph():
+    x = torch.tensor([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0], [0.9, 0.8]])
+    summaries, summary_labels = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([1, 0])
+    nearest = label_by_summaries(x, summaries, summary_labels, 2)
+    assert torch.equal(nearest, torch.tensor([1, 1, 0, 0, 1]))  # cosine: row 4 is nearer the first summary
+    spread = label_by_summaries(x, summaries, summary_labels, 2, spread_neighbors=2, spread_alpha=0.9)
+    assert torch.equal(spread, label_spreading(nearest_neighbors(x, 2), nearest, 2, 0.9))

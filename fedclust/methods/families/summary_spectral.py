@@ -1,0 +1,182 @@
+"""Clustering under the privacy floor by fixed-group summaries: the labelling half of FedSpectral.
+
+A method built on `SummarySpectral` supplies the representation (`embed`: unit rows per sample, in the space it
+wants clustered) and trains it as it likes; the family makes what leaves a client and what the labels are:
+- Each client describes its samples with the round's global model, before local training (one space for every
+  client's summaries), optionally propagated over its own nearest-neighbour graph (APPNP, Klicpera et al., ICLR
+  2019; built once), and sends the means of fixed groups of its samples, drawn once, of equal size at least the
+  floor (fedclust/clustering/summaries.py says why fixed), with their sizes.
+- The server clusters all summaries by spectral clustering on a sparse nearest-neighbour graph (KASP: Yan, Huang &
+  Jordan, KDD 2009; self-tuning weights, Zelnik-Manor & Perona, NIPS 2004) and sends every summary's cluster back.
+- A client labels a sample by its nearest summary's cluster, spreads the labels over its own graph (Zhou et al.,
+  NIPS 2004) and votes over its labels of its last rounds; evaluation runs in the space the summaries were made in.
+
+The subclass's hparams hold the family's settings (names as in FedSpectral's Args): summary_size, neighbors,
+spread_neighbors, spread_alpha, round_vote, smooth_steps, smooth_alpha; `check_summary_settings` refuses bad ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fedclust.clustering.graph_smoothing import propagate
+from fedclust.clustering.kept_state import kept_or_made
+from fedclust.clustering.knn_vote import nearest_neighbors, nearest_rows
+from fedclust.clustering.label_history import remember_and_vote
+from fedclust.clustering.spectral import spectral_clustering
+from fedclust.clustering.summaries import fixed_groups, group_summaries, label_by_summaries
+from fedclust.contract import ClientContext, ClientUpdate, FederatedMethod, RoundContext
+from fedclust.errors import ConfigError, NotFittedError
+from fedclust.seeding import int_seed
+
+GROUPS = "groups"  # ctx.state: each of the client's samples' fixed group, drawn the first round it takes part
+GRAPH = "graph"  # ctx.state: the client's smoothing graph (n, spread_neighbors + 1), built with its groups
+HISTORY = "labels_by_round"  # ctx.state: {round: its labels} of the client's last round_vote evaluated rounds
+
+
+def check_summary_settings(summary_size: int | None, neighbors: int, spread_neighbors: int, spread_alpha: float,
+                           round_vote: int, smooth_steps: int, smooth_alpha: float) -> None:
+    """One sentence for the first of the family's settings that is out of range."""
+    for name, value, low in (("neighbors", neighbors, 1), ("spread_neighbors", spread_neighbors, 0),
+                             ("round_vote", round_vote, 1), ("smooth_steps", smooth_steps, 0)):
+        if not isinstance(value, int) or value < low:
+            raise ConfigError(f"method.{name}", value, f"an integer >= {low}")
+    if summary_size is not None and (not isinstance(summary_size, int) or summary_size < 1):
+        raise ConfigError("method.summary_size", summary_size, "null or an integer >= 1")
+    if not 0 <= spread_alpha < 1:
+        raise ConfigError("method.spread_alpha", spread_alpha, "a number in [0, 1)")
+    if not 0 <= smooth_alpha <= 1:
+        raise ConfigError("method.smooth_alpha", smooth_alpha, "a number in [0, 1]")
+    if smooth_steps and not spread_neighbors:
+        raise ConfigError("method.spread_neighbors", spread_neighbors,
+                          "an integer >= 1 when method.smooth_steps is set (smoothing runs over that graph)")
+
+
+class SummarySpectral(FederatedMethod):
+    """Fixed-group summaries under the floor, spectral clustering of them on the server, labels on the clients."""
+
+    summary_keys = {"summaries": "summary_sizes"}
+
+    def __init__(self, num_clusters: int | None = None, batch_size: int = 128):
+        super().__init__(num_clusters, batch_size)
+        self.summaries: Tensor | None = None  # server: every client's summaries this round (S, d), unit norm
+        self.summary_labels: Tensor | None = None  # server: their clusters (S,)
+        self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
+        self.space_round = -1  # which round (over all stages) that was
+
+    def summary_norm_bound(self) -> float:
+        return 1.0  # summaries are means of unit rows (embed)
+
+    # --- client ------------------------------------------------------------------------------------
+    def on_round_start(self, ctx: RoundContext) -> None:
+        """The round's global weights: the space every client's summaries are made in, and its labels later."""
+        self.space = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        self.space_round += 1
+
+    def make_summaries(self, ctx: ClientContext) -> Tensor:
+        """The client's summaries, kept for `summary_payload`; returns its rows in the round's space (h), which
+        the subclass may use (before local training, the global model's)."""
+        h = self._smoothed(self._embed_all(ctx.data), ctx.state)
+        size = self.hparams.summary_size or ctx.min_summary_size
+        groups = kept_or_made(ctx.state, GROUPS, (len(h),), len(h),  # drawn the first round, then kept
+                              lambda: fixed_groups(h, size, int_seed(ctx.seed, "groups", ctx.client_id)))
+        self._summaries, self._sizes = group_summaries(h, groups.to(h.device))
+        if len(h) < ctx.min_summary_size:  # a client smaller than the floor sends no summary (still trains)
+            self._summaries, self._sizes = self._summaries[:0], self._sizes[:0]
+        return h
+
+    def summary_payload(self) -> dict[str, Tensor]:
+        return {"summaries": self._summaries, "summary_sizes": self._sizes}
+
+    def _smoothed(self, h: Tensor, state: dict[str, Any]) -> Tensor:
+        """The client's rows h propagated over its own graph, built from the first h it saw and kept in its state
+        (smooth_steps 0: h unchanged)."""
+        hp = self.hparams
+        if not hp.smooth_steps:
+            return h
+        width = min(hp.spread_neighbors + 1, len(h))
+        graph = kept_or_made(state, GRAPH, (len(h), width), len(h), lambda: nearest_neighbors(h, hp.spread_neighbors))
+        return propagate(h, graph.to(h.device), hp.smooth_steps, hp.smooth_alpha)
+
+    def _embed_all(self, data) -> Tensor:
+        training = self.training
+        self.eval()
+        with torch.no_grad():
+            h = torch.cat([self.embed(x) for x in data.iter_all()])
+        self.train(training)
+        return h
+
+    def summary_labels_of(self, h: Tensor) -> Tensor:
+        """A client's samples (embedded as h) labelled by their nearest summary's cluster, spread over its graph."""
+        return label_by_summaries(h, self.summaries, self.summary_labels, self.num_clusters,
+                                  self.hparams.spread_neighbors, self.hparams.spread_alpha)
+
+    # --- server ------------------------------------------------------------------------------------
+    def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
+                  ctx: RoundContext) -> None:
+        super().aggregate(averaged, updates, ctx)
+        points = torch.cat([u.payload["summaries"] for u in updates])
+        sizes = torch.cat([u.payload["summary_sizes"] for u in updates])
+        if len(points) == 0:  # every client that took part is below the floor: the clustering stays the last one's
+            return
+        self.summary_labels = spectral_clustering(points, self.num_clusters, neighbors=self.hparams.neighbors,
+                                                  weights=sizes, kernel="self_tuning",
+                                                  seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index,
+                                                                ctx.round)).cpu()
+        self.summaries = F.normalize(points.float(), dim=1).cpu()
+
+    def server_state(self) -> dict[str, Any]:
+        return {"summaries": self.summaries, "summary_labels": self.summary_labels, "space": self.space,
+                "space_round": self.space_round}
+
+    def load_server_state(self, state: dict[str, Any]) -> None:
+        self.summaries, self.summary_labels = state["summaries"], state["summary_labels"]
+        self.space, self.space_round = state.get("space"), int(state.get("space_round", -1))
+
+    def global_centroids(self) -> Tensor | None:
+        """Each cluster's mean summary direction (the clusters themselves are unions of summaries)."""
+        if self.summaries is None:
+            return None
+        sums = torch.zeros(self.num_clusters, self.summaries.shape[1]).index_add_(0, self.summary_labels,
+                                                                                   self.summaries)
+        return F.normalize(sums, dim=1)
+
+    # --- evaluation ---------------------------------------------------------------------------------
+    def assign(self, x: Tensor) -> Tensor:
+        if self.summaries is None:
+            raise NotFittedError(f"{type(self).__name__} has no summaries yet (no client has sent any)")
+        nearest = nearest_rows(self.embed(x), self.summaries.to(x.device))
+        return self.summary_labels.to(x.device)[nearest]
+
+    @torch.no_grad()
+    def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
+        """What every client does with the server's labels, in the space its summaries were made in: each sample
+        takes its nearest summary's cluster, spread over the client's own nearest-neighbour graph, then voted over
+        the client's last round_vote evaluated rounds. A sample no client holds takes its nearest summary's."""
+        if self.summaries is None:
+            raise NotFittedError(f"{type(self).__name__} has no summaries yet (no client has sent any)")
+        current = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        if self.space is not None:
+            self.load_state_dict(self.space)
+        labels = torch.full((len(data),), -1, dtype=torch.long)
+        try:
+            for cid, part in enumerate(data.parts):
+                if len(part):
+                    labels[part.cpu()] = self._client_labels(data.client(cid, self.batch_size),
+                                                             client_states.setdefault(cid, {}))
+            missing = (labels < 0).nonzero().squeeze(1)
+            if len(missing):
+                labels[missing] = torch.cat([self.assign(x).cpu() for x in data.iter_indices(missing)])
+        finally:
+            self.load_state_dict(current)
+        return labels
+
+    def _client_labels(self, client, state: dict[str, Any]) -> Tensor:
+        labels = self.summary_labels_of(self._smoothed(self._embed_all(client), state)).cpu()
+        state[HISTORY], voted = remember_and_vote(state.get(HISTORY), labels, self.space_round,
+                                                  self.hparams.round_vote, self.num_clusters)
+        return voted
