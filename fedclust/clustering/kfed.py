@@ -9,6 +9,10 @@ full-dimensional local data from there. The client sends its k' centres.
 Central step (`central_kfed`): start from one client's k' centres, add the local centre farthest from
 the chosen ones until there are k, then run Lloyd's k-means on all local centres, unweighted.
 
+Several independent starts side by side (UIFCA's k-FED initialisation with restarts): `local_kfed_starts` runs the
+client step once per start under the privacy floor, in a fixed-shape block of rows per start, and
+`central_kfed_starts` the server step once per start on those blocks.
+
 Labelling a data point, two ways (the method wrapper picks one):
 - paper: a point takes the global cluster of its local centre, i.e.
   `global_of_local[c][local_labels[c]]` -- the client needs only the server's small index map.
@@ -37,9 +41,12 @@ Differences from the official code, on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
+from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.kmeans import assign_nearest, kmeans_plusplus_indices
 from fedclust.errors import ConfigError
 
@@ -189,6 +196,39 @@ def central_kfed(
         chosen = _farthest_first(points, own, k)
     centres, labels = lloyd(points, points[chosen], niter)
     return centres, list(labels.split(sizes))
+
+
+def local_kfed_starts(x: Tensor, k_local: int, generators: Sequence[torch.Generator],
+                      floor: int) -> tuple[Tensor, Tensor, Tensor]:
+    """k-FED's client step once per start (one generator each) on x (n, ...), flattened, under the privacy floor
+    (fedclust/clustering/floor.py). Returns the centres (R * k', d) and their counts (R * k',), start r's in rows
+    r * k' ... (r + 1) * k' - 1 so every client sends the same shape, a row the floor dissolved (or k' above n) sent
+    as zeros counted 0; and each start's local labels (R, n) on the CPU, -1 everywhere on a client below the floor."""
+    flat = x.flatten(1)
+    centres, counts, labels = [], [], []
+    for g in generators:
+        _, local = local_kfed(flat, min(k_local, len(flat)), g)
+        means, sizes, local = floored_groups(flat, local, floor)
+        centres.append(torch.cat([means, means.new_zeros(k_local - len(means), flat.shape[1])]))
+        counts.append(torch.cat([sizes, sizes.new_zeros(k_local - len(sizes))]))
+        labels.append(local.cpu())
+    return torch.cat(centres), torch.cat(counts), torch.stack(labels)
+
+
+def central_kfed_starts(centres: Sequence[Tensor], counts: Sequence[Tensor], k: int, k_local: int,
+                        generators: Sequence[torch.Generator]) -> list[list[Tensor | None]]:
+    """k-FED's server step once per start (one generator each) on the clients' `local_kfed_starts` centres and
+    counts. Returns, per start and per client (in the given order), the global cluster of each of its start's rows
+    counted above 0 (those its local labels number), or None where that start's rows are all counted 0 (a client
+    below the floor sent nothing to cluster)."""
+    per_start = []
+    for r, g in enumerate(generators):
+        rows = slice(r * k_local, (r + 1) * k_local)
+        sent = [c[rows][n[rows] > 0] if bool((n[rows] > 0).any()) else None for c, n in zip(centres, counts)]
+        _, maps = central_kfed([c for c in sent if c is not None], k, g)
+        kept = iter(maps)
+        per_start.append([None if c is None else next(kept) for c in sent])
+    return per_start
 
 
 def _start_client(sizes: list[int], start: str | int, generator: torch.Generator) -> int:

