@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from fedclust.clustering.kmeans import assign_nearest, kmeans
+from fedclust.nn.optim import CpuAdam
 
 
 @dataclass
@@ -59,7 +60,7 @@ def train_dcn(x: Tensor, k: int, autoencoder: nn.Module, generator: torch.Genera
     n, result = x.shape[0], DCNResult(torch.empty(0), torch.empty(0))
     autoencoder.train()
     with torch.enable_grad():
-        opt = torch.optim.Adam(autoencoder.parameters(), lr=lr)
+        opt = CpuAdam(autoencoder.parameters(), lr=lr)
         for _ in range(pretrain_epochs):
             total = 0.0
             for idx in _batches(n, batch_size, generator, x.device):
@@ -74,7 +75,7 @@ def train_dcn(x: Tensor, k: int, autoencoder: nn.Module, generator: torch.Genera
         km = kmeans(embed(autoencoder, x), k, niter=100, nredo=kmeans_redo, seed=kmeans_seed)
         centroids, labels = km.centroids.clone(), km.labels.clone()
         counts = torch.bincount(labels, minlength=k).to(centroids.dtype)
-        opt = torch.optim.Adam(autoencoder.parameters(), lr=lr)
+        opt = CpuAdam(autoencoder.parameters(), lr=lr)
         for _ in range(cluster_epochs):
             total = 0.0
             for idx in _batches(n, batch_size, generator, x.device):

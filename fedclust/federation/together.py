@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedclust.contract import ClientContext, ClientSession, ClientUpdate, FederatedMethod, OptionalHooks
+from fedclust.nn.optim import CpuAdam
 
 log = logging.getLogger("fedclust")
 
@@ -57,7 +58,7 @@ def unsupported(method: FederatedMethod, optimizers: list[torch.optim.Optimizer]
     if not method.automatic_optimization or len(optimizers) != 1:
         return f"{name} steps its own optimizers"
     optimizer = optimizers[0]
-    if type(optimizer) is not torch.optim.Adam or len(optimizer.param_groups) != 1:
+    if type(optimizer) not in (torch.optim.Adam, CpuAdam) or len(optimizer.param_groups) != 1:  # CpuAdam: Adam's maths
         return f"{name}'s optimizer is not one torch.optim.Adam over one parameter group"
     group = optimizer.param_groups[0]
     if [id(p) for p in group["params"]] != [id(p) for p in method.parameters()]:

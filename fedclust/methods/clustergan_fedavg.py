@@ -40,6 +40,7 @@ from fedclust.nn.clustergan import (
     gradient_penalty,
     sample_latent,
 )
+from fedclust.nn.optim import CpuAdam
 from fedclust.seeding import int_seed
 
 DEFAULT_LR = {"sgd": 5e-3, "adam": 1e-4}
@@ -117,7 +118,7 @@ class ClusterGANFedAvg(FederatedMethod):
                   list(self.generator.parameters()) + list(self.encoder.parameters()))
         decay = (0.0, hp.weight_decay)
         if hp.optimizer == "adam":
-            return [torch.optim.Adam(p, lr=lr, betas=tuple(hp.betas), weight_decay=d, foreach=True)
+            return [CpuAdam(p, lr=lr, betas=tuple(hp.betas), weight_decay=d, foreach=True)
                     for p, d in zip(groups, decay)]
         return [torch.optim.SGD(p, lr=lr, momentum=hp.momentum, weight_decay=d, fused=True)
                 for p, d in zip(groups, decay)]

@@ -43,6 +43,7 @@ from fedclust.losses.contrastive import nt_xent, supervised_nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.methods.families.summary_spectral import SummarySpectral, check_summary_settings
 from fedclust.nn.backbones import build_backbone
+from fedclust.nn.optim import CpuAdam
 
 ClusterSpace = Literal["backbone", "hog+backbone"]
 CLUSTER_SPACES = get_args(ClusterSpace)
@@ -148,7 +149,7 @@ class FedSpectral(SummarySpectral):
         return [Stage("train", self.hparams.rounds, self.hparams.local_epochs)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, foreach=True)
+        return CpuAdam(self.parameters(), lr=self.hparams.lr, foreach=True)
 
     # --- client ------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:

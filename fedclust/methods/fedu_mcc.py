@@ -13,6 +13,7 @@ from fedclust.errors import ConfigError
 from fedclust.methods.families.contrastive import batch_inputs
 from fedclust.methods.families.fedu import FedU
 from fedclust.methods.families.momentum import MomentumClusterStage, check_common
+from fedclust.nn.optim import CpuAdam
 
 
 class FedUMCC(MomentumClusterStage, FedU):
@@ -62,7 +63,7 @@ class FedUMCC(MomentumClusterStage, FedU):
         head = list(self.cluster_head.parameters())
         ids = {id(p) for p in head}
         byol = self.byol_optimizer_for([p for p in self.online_parameters() if id(p) not in ids])
-        cluster = (torch.optim.Adam(head, lr=hp.cluster_lr, foreach=True) if hp.cluster_optimizer == "adam"
+        cluster = (CpuAdam(head, lr=hp.cluster_lr, foreach=True) if hp.cluster_optimizer == "adam"
                    else self.byol_optimizer_for(head))
         return [byol, cluster]
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedclust.errors import ConfigError
+from fedclust.nn.optim import CpuAdam
 from fedclust.seeding import generator
 
 EPOCHS, LR, BATCH_SIZE = 200, 3e-3, 2048  # FedU / FedEMA's linear evaluation (see the module docstring)
@@ -69,7 +70,7 @@ def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tenso
     bound = 1.0 / math.sqrt(dim)
     weight = ((torch.rand(num_classes, dim, generator=g) * 2 - 1) * bound).to(device).requires_grad_(True)
     bias = ((torch.rand(num_classes, generator=g) * 2 - 1) * bound).to(device).requires_grad_(True)
-    opt = torch.optim.Adam([weight, bias], lr=lr, weight_decay=0.0)
+    opt = CpuAdam([weight, bias], lr=lr, weight_decay=0.0)
     with torch.enable_grad():
         for _ in range(epochs):
             order = torch.randperm(len(train_x), generator=g).to(device)

@@ -31,6 +31,7 @@ from fedclust.errors import NotFittedError
 from fedclust.losses.simsiam import cluster_contrastive_loss, model_contrastive_loss, simsiam_loss
 from fedclust.nn.backbones import build_backbone
 from fedclust.nn.heads import predictor, projector
+from fedclust.nn.optim import CpuAdam
 from fedclust.seeding import int_seed
 
 
@@ -115,7 +116,7 @@ class ClusterContrastiveFC(FederatedMethod):
         return [] if self.hparams.standalone else super().communicated()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, foreach=True)
+        return CpuAdam(self.parameters(), lr=self.hparams.lr, foreach=True)
 
     # --- client ------------------------------------------------------------------------------------
     def on_round_start(self, ctx: RoundContext) -> None:

@@ -17,6 +17,7 @@ from fedclust.losses.contrastive import cluster_contrastive_loss, instance_contr
 from fedclust.nn.backbones import build_backbone
 from fedclust.nn.heads import mlp_head
 from fedclust.nn.memory_efficient import chunked_backward
+from fedclust.nn.optim import CpuAdam
 
 
 def build_cc_network(backbone: str, info: DataInfo, num_clusters: int | None, instance_dim: int = 128,
@@ -104,7 +105,7 @@ class ContrastiveClustering(FederatedMethod):
         return [Stage("train", self.hparams.rounds, self.hparams.local_epochs)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, foreach=True)
+        return CpuAdam(self.parameters(), lr=self.hparams.lr, foreach=True)
 
     # --- training ------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:

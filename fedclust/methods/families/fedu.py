@@ -41,6 +41,7 @@ from fedclust.methods.families.momentum import TARGET, check_common, make_views
 from fedclust.nn.backbones import build_backbone
 from fedclust.nn.ema import ema_update, frozen_copy
 from fedclust.nn.heads import byol_mlp
+from fedclust.nn.optim import CpuAdam
 
 
 class FedU(FederatedMethod):
@@ -124,7 +125,7 @@ class FedU(FederatedMethod):
     def byol_optimizer_for(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
         hp = self.hparams
         if hp.optimizer == "adam":
-            return torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay, foreach=True)
+            return CpuAdam(params, lr=hp.lr, weight_decay=hp.weight_decay, foreach=True)
         return torch.optim.SGD(params, lr=hp.lr, momentum=hp.sgd_momentum, weight_decay=hp.weight_decay,
                                fused=True)
 

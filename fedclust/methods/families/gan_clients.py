@@ -12,7 +12,7 @@ from torch import Tensor
 
 from fedclust.contract import ClientContext, DataInfo
 from fedclust.nn.gan import GAN, check_gan_image, pixel_spread
-from fedclust.nn.optim import reset_optimizer
+from fedclust.nn.optim import CpuAdam, reset_optimizer
 
 log = logging.getLogger("fedclust")
 
@@ -40,8 +40,8 @@ class GANClients:
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         hp = self.hparams
         betas = tuple(hp.betas)
-        return [torch.optim.Adam(self.gan.discriminator.parameters(), lr=hp.lr_d, betas=betas, foreach=True),
-                torch.optim.Adam(self.gan.generator.parameters(), lr=hp.lr_g, betas=betas, foreach=True)]
+        return [CpuAdam(self.gan.discriminator.parameters(), lr=hp.lr_d, betas=betas, foreach=True),
+                CpuAdam(self.gan.generator.parameters(), lr=hp.lr_g, betas=betas, foreach=True)]
 
     def client_batches(self, ctx: ClientContext, epoch: int):
         # The engine has no scheduler hook, and it calls this at the start of every local epoch: the epoch's

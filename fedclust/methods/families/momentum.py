@@ -20,6 +20,7 @@ from fedclust.nn.backbones import build_backbone
 from fedclust.nn.ema import ema_update, frozen_copy
 from fedclust.nn.heads import mlp_head
 from fedclust.nn.memory_efficient import chunked_backward
+from fedclust.nn.optim import CpuAdam
 
 TARGET = "target_"  # prefix of every target-network module: never communicated
 CC_VIEW_SIZE = 224  # CC's blur is defined on 224 x 224 views; other view sizes get it scaled
@@ -227,7 +228,7 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         return [p for name, p in self.named_parameters() if not name.startswith(TARGET)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.online_parameters(), lr=self.hparams.lr, foreach=True)
+        return CpuAdam(self.online_parameters(), lr=self.hparams.lr, foreach=True)
 
     # --- training ------------------------------------------------------------------------------------
     def on_client_start(self, ctx: ClientContext) -> None:
