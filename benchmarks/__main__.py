@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from fedclust.errors import FedclustError
+from fedclust.interrupts import sigterm_as_interrupt
 
 from . import common
 from .step_probe import VARIANTS as STEP_VARIANTS
@@ -64,11 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "benchmarks", *argv])
     try:
-        return _do(opts, command)
+        with sigterm_as_interrupt():  # `kill` stops the runs as Ctrl-C does (fedclust/interrupts.py)
+            return _do(opts, command)
     except FedclustError as error:
         print(f"benchmarks: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C, or gpu_protocol.sh's budget (timeout -s INT): the sweep said how to go on
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, gpu_protocol.sh's budget (timeout -s INT): the sweep said how to go on
         return 130
     except BrokenPipeError:  # `list | head` stopped reading: nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -13,7 +13,8 @@ Only the subcommand that runs builds its parser (fedclust/commands.py), which im
 fresh) answer without them, and so does bad input: fedclust/precheck/
 checks the arguments and YAML configs against fedclust/cli_schema.json first (the real parser still parses
 every command that passes).
-Every user error is one line on stderr and exit code 2.
+Every user error is one line on stderr and exit code 2; Ctrl-C and SIGTERM stop a command with exit code 130 and,
+for a fit, the command that resumes it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from fedclust import __version__
 from fedclust.config_files import description, expand_config_args, nearest, packaged_configs
 from fedclust.errors import ConfigError, FedclustError
+from fedclust.interrupts import sigterm_as_interrupt
 from fedclust.registry import METHODS
 
 SUBCOMMANDS = {
@@ -77,6 +79,11 @@ def _emit(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with sigterm_as_interrupt():  # `kill` or a scheduler's stop ends a fit or a sweep as Ctrl-C does
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):

@@ -6,7 +6,10 @@ import errno
 import io
 import json
 import math
+import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -272,7 +275,19 @@ def test_each_round_line_gives_the_whole_runs_remaining_time(monkeypatch):
     assert duration(45) == "45s" and duration(185) == "3m 05s" and duration(7620) == "2h 07m"
 
 
-def test_ctrl_c_names_this_runs_folder_in_the_resume_hint_and_ends_the_bar(tmp_path, capsys, monkeypatch):
+def _ctrl_c() -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm() -> None:  # as `kill PID` or a scheduler's stop: fedclust takes it as Ctrl-C (fedclust/interrupts.py)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)  # the handler raises here, at the next bytecode; reaching the line after would be a failure
+    raise AssertionError("SIGTERM did not interrupt the fit")
+
+
+@pytest.mark.parametrize("stop", [_ctrl_c, _sigterm], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_names_this_runs_folder_in_the_resume_hint_and_ends_the_bar(tmp_path, capsys, monkeypatch, stop):
+    before = signal.getsignal(signal.SIGTERM)
     run = tmp_path / "quick"
     argv = [*QUICK, "--federation.rounds", "3", "--federation.checkpoint_every", "1", "--run_dir", str(run),
             "--progress", "true"]  # the live bar, which must end
@@ -280,7 +295,7 @@ def test_ctrl_c_names_this_runs_folder_in_the_resume_hint_and_ends_the_bar(tmp_p
 
     def stop_after_2(self, ctx):
         if self.progress.done == 2:
-            raise KeyboardInterrupt
+            stop()
         return real_round(self, ctx)
 
     bars = []
@@ -295,3 +310,4 @@ def test_ctrl_c_names_this_runs_folder_in_the_resume_hint_and_ends_the_bar(tmp_p
     assert err == f"fedclust: interrupted; the last checkpoint is kept: resume with `fedclust fit --resume {run}`"
     assert bars and not bars[0].progress.live.is_started  # the live bar ended (it hides the terminal's cursor)
     assert main(["fit", "--resume", str(run), "--progress", "false"]) == 0
+    assert signal.getsignal(signal.SIGTERM) == before  # main's handler is not left behind

@@ -7,7 +7,9 @@ Every point is a subprocess with its own run folder SWEEP_DIR/<point name> (so a
 nothing else down, and each GPU slot gets CUDA_VISIBLE_DEVICES). A point whose folder holds final.json is
 skipped; one with a checkpoint is resumed; one that died before its first checkpoint is moved aside to
 <name>.incomplete-N and started again. So re-running the same command after an interruption finishes the
-sweep. SWEEP_DIR/sweep.json records every point's overrides, status, metrics and log file.
+sweep. Ctrl-C or SIGTERM stops the sweep and its running fits with it (each keeps its last checkpoint:
+sweep/points.py `stop_runs`); no further point starts. SWEEP_DIR/sweep.json records every point's overrides,
+status, metrics and log file.
 
 A point is "done" (or resumable) only for the settings it ran with: SWEEP_DIR/.points/<name>.json keeps a
 fingerprint of its base config's content and overrides, and a point whose config or overrides changed since
@@ -41,6 +43,7 @@ from jsonargparse import ArgumentParser
 from rich.console import Console
 
 from fedclust.errors import ConfigError
+from fedclust.interrupts import Terminated
 from fedclust.parsers import command_parser
 from fedclust.sweep import points as _points  # run_point by attribute: tests replace it
 from fedclust.sweep.points import (
@@ -144,12 +147,17 @@ def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[in
             free.put(env)
             ledger.write()
 
+    _points.allow_runs()
+    pool = ThreadPoolExecutor(max_workers=len(slot_envs))
     try:
-        with ThreadPoolExecutor(max_workers=len(slot_envs)) as pool:
-            list(pool.map(work, todo))
-    except KeyboardInterrupt:
+        list(pool.map(work, todo))
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under fedclust's main (fedclust/interrupts.py)
+        pool.shutdown(wait=False, cancel_futures=True)  # the points not started stay pending
+        _points.stop_runs(settle=0.0 if isinstance(stop, Terminated) else 5.0)  # else the pool waits on them
+        pool.shutdown(wait=True)
         console.print("sweep interrupted: run the same command again to finish it (finished runs are kept)")
         raise
+    pool.shutdown(wait=True)
     return summed_up(ledger, console, points)
 
 

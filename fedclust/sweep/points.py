@@ -5,17 +5,20 @@ settings is set aside, never deleted), the sweep.json ledger and the summary tab
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.console import Console
@@ -33,7 +36,7 @@ class Point:
     name: str
     config: str
     overrides: dict[str, object]
-    status: str = "pending"  # pending | done | failed (then see log)
+    status: str = "pending"  # pending | done | failed (then see log) | interrupted (the sweep was stopped)
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float | None = None
     log: str = ""
@@ -110,9 +113,12 @@ def run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, co
     env.pop("FEDCLUST_RUN_DIR", None)
     start = time.perf_counter()
     with open(log, "a") as out:
-        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        rc = _run_fit(cmd, env, out)
     point.seconds = time.perf_counter() - start
-    if rc == 0 and (folder / "final.json").exists():
+    if rc is None or (rc != 0 and _stopping.is_set()):
+        point.status = "interrupted"  # its checkpoint (if it made one) is kept: the same command resumes it
+        console.print(f"[yellow]interrupted[/] {point.name}")
+    elif rc == 0 and (folder / "final.json").exists():
         point.status = "done"
         point.metrics = read_final_metrics(folder / "final.json")
         console.print(f"[green]done[/] {point.name}: NMI {point.metrics.get('nmi', float('nan')):.4f} "
@@ -120,6 +126,57 @@ def run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, co
     else:
         point.status = "failed"
         console.print(f"[red]failed[/] {point.name} (exit {rc}): see {log}")
+
+
+_live: set[subprocess.Popen] = set()  # the points' fits running now, for stop_runs
+_live_lock = threading.Lock()
+_stopping = threading.Event()  # set by stop_runs: no further fit starts
+
+
+def _run_fit(cmd: list[str], env: dict[str, str], out: Any) -> int | None:
+    """A point's `fedclust fit` to its end, known to stop_runs while it runs; its exit code, or None when the sweep
+    is stopping and it was not started."""
+    with _live_lock:  # the check and the start under one lock: stop_runs cannot miss a fit starting as it runs
+        if _stopping.is_set():
+            return None
+        child = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _live.add(child)
+    try:
+        return child.wait()
+    finally:
+        with _live_lock:
+            _live.discard(child)
+
+
+def allow_runs() -> None:
+    """A new sweep may start fits again (after an earlier one in this process was stopped)."""
+    _stopping.clear()
+
+
+def stop_runs(settle: float = 5.0, grace: float = 60.0) -> None:
+    """Stop the sweep's running fits as Ctrl-C stops one, and start no further one. Each gets `settle` seconds to end
+    on a signal it already had (a terminal's Ctrl-C reaches the whole process group), then SIGTERM (which a fit takes
+    as Ctrl-C: it keeps its last checkpoint and says how to resume; SIGINT would not do, as a sweep started in the
+    background hands its fits SIGINT ignored), and is killed if still running `grace` seconds later."""
+    _stopping.set()
+    with _live_lock:
+        running = list(_live)
+    _wait_all(running, settle)
+    for child in running:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in _wait_all(running, grace):
+        child.kill()
+        child.wait()
+
+
+def _wait_all(children: list[subprocess.Popen], seconds: float) -> list[subprocess.Popen]:
+    """Wait up to `seconds` in all for the children to end; those still running."""
+    deadline = time.monotonic() + seconds
+    for child in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(max(0.0, deadline - time.monotonic()))
+    return [child for child in children if child.poll() is None]
 
 
 def fingerprint(point: Point) -> str:
