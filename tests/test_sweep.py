@@ -1,4 +1,10 @@
+import fcntl
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -113,3 +119,34 @@ def test_records_of_the_former_byte_fingerprint_still_count_and_a_damaged_record
     (root / ".points" / f"{point.name}.json").write_text("{not json")
     set_aside_if_stale(root, point)  # untrusted file: no traceback, the folder is kept aside, not reused
     assert (root / f"{point.name}.stale-1" / "final.json").exists()
+
+
+@pytest.mark.slow  # a real sweep and its fit, each importing torch: 20-40 s here
+def test_sigterm_stops_a_real_sweep_and_its_fit_which_keeps_its_checkpoint(tmp_path):
+    """`kill` on a sweep (as a scheduler stops a job): the sweep passes it on, its fit ends as on Ctrl-C (its
+    checkpoint kept, the command that resumes it in its log), no further point starts, and the same command
+    resumes it (fedclust/interrupts.py, sweep/points.py stop_runs)."""
+    root = tmp_path / "sweep"
+    command = [sys.executable, "-m", "fedclust", "sweep", "--config", "quickstart", "--sweep_dir", str(root),
+               "--grid", "seed=1,2", "--grid", "federation.rounds=200", "--grid", "federation.checkpoint_every=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sweep_process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)  # its own process group: only the sweep gets the signal
+    checkpoint = root / "seed=1" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and time.monotonic() < deadline and sweep_process.poll() is None:
+        time.sleep(0.2)
+    assert checkpoint.exists(), sweep_process.communicate()[0]
+    sweep_process.send_signal(signal.SIGTERM)
+    out, _ = sweep_process.communicate(timeout=90)
+    assert sweep_process.returncode == 130, out
+    assert "interrupted seed=1" in out and "start seed=2" not in out and not (root / "seed=2").exists()
+    log = (root / "logs" / "seed=1.log").read_text()
+    assert f"resume with `fedclust fit --resume {root / 'seed=1'}`" in log
+    ledger = {r["name"]: r["status"] for r in json.loads((root / "sweep.json").read_text())}
+    assert ledger == {"seed=1": "interrupted", "seed=2": "pending"}
+    lock = os.open(root / "seed=1" / ".lock", os.O_RDONLY)  # released: no fit of this sweep is left running
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(lock)
