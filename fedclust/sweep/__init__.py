@@ -154,10 +154,10 @@ def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[in
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under fedclust's main (fedclust/interrupts.py)
         pool.shutdown(wait=False, cancel_futures=True)  # the points not started stay pending
         _points.stop_runs(settle=0.0 if isinstance(stop, Terminated) else 5.0)  # else the pool waits on them
-        pool.shutdown(wait=True)
         console.print("sweep interrupted: run the same command again to finish it (finished runs are kept)")
         raise
-    pool.shutdown(wait=True)
+    finally:
+        pool.shutdown(wait=True)
     return summed_up(ledger, console, points)
 
 
