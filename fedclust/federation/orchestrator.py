@@ -319,7 +319,7 @@ def summary_noise(method: FederatedMethod, federation: FederationConfig, rounds:
     bound = method.summary_norm_bound()
     if not method.summary_keys or bound is None:
         raise ConfigError("federation.dp_epsilon", federation.dp_epsilon,
-                          f"null: {type(method).__name__} sends no summaries whose samples' norms it bounds "
+                          f"null: {type(method).__name__} does not bound the norms of what it sends "
                           "(summary_norm_bound), which the noise is calibrated to")
     return calibrate(federation.dp_epsilon, federation.dp_delta, rounds, bound)
 

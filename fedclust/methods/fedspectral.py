@@ -17,10 +17,12 @@ What it does, each round (findings and figures: docs/findings/fedspectral.md):
   (equal sizes, at least `summary_size`, by default the run's floor federation.min_summary_size), optionally
   smoothed over its own graph (`smooth_steps`); the server clusters them spectrally on a sparse nearest-neighbour
   graph; each client labels a sample by its nearest summary's cluster, spread over its own graph and voted over
-  its last `round_vote` rounds.
+  its last `round_vote` rounds (or, `labelling: walk`, by a two-level random walk over every client's own graph
+  and all summaries, fedclust/clustering/two_level_walk.py).
 
 What leaves a client: the model's weights, and per round n / summary_size means of fixed groups of at least the
-floor's samples each, with their counts. No raw or per-sample vector, no group redrawn (so the server cannot
+floor's samples each, with their counts (with `labelling: walk`, also per evaluation step of the walk one
+mean of k numbers per group and a k x k Gram). No raw or per-sample vector, no group redrawn (so the server cannot
 difference two groupings of the same samples; the smoothing graph is fixed with the groups, so a summary stays one
 combination of the same samples), no label. Fine structure stays on the client: its own graph.
 """
@@ -41,7 +43,12 @@ from fedclust.data.views import ColorViews, SimSiamViews28
 from fedclust.errors import ConfigError
 from fedclust.losses.contrastive import nt_xent, supervised_nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
-from fedclust.methods.families.summary_spectral import SummarySpectral, check_summary_settings
+from fedclust.methods.families.summary_spectral import (
+    Labelling,
+    SummarySpectral,
+    check_summary_settings,
+    check_walk_settings,
+)
 from fedclust.nn.backbones import build_backbone
 from fedclust.nn.optim import CpuAdam
 
@@ -93,6 +100,16 @@ class FedSpectral(SummarySpectral):
             nearest samples of the client, found each round in the clustering space of the round's global model (0:
             its own second view, SimCLR's pair). The neighbours stay on the client; nothing more leaves (no config
             sets it, docs/findings/fedspectral.md).
+        labelling: How a client labels its samples from the server's clustering: "nearest" (its nearest summary's
+            cluster, spread over its own graph) or "walk" (the leading eigenvectors of a random walk that steps on the
+            client's own spread_neighbors graph and to the walk_links nearest summaries of any client, and from a
+            summary to its group's members or its server neighbours; spread_alpha is not used). With the walk
+            federation.dp_epsilon is refused: its messages are not noised.
+        walk_restart: The walk's chance of stepping from a sample to a summary rather than to a neighbour, in (0, 1).
+        walk_server: The walk's chance of stepping from a summary to a server neighbour rather than to one of its
+            group's members, in (0, 1).
+        walk_links: The nearest summaries a sample steps to.
+        walk_iterations: Block power steps (federated exchanges) that find the walk's eigenvectors, per evaluation.
     """
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28", projector_hidden: int = 512,
@@ -102,11 +119,13 @@ class FedSpectral(SummarySpectral):
                  blur_sigma: tuple[float, float] = (0.1, 2.0), summary_size: int | None = None, neighbors: int = 5,
                  cluster_space: ClusterSpace = "backbone", hog_cell: int = 4, spread_neighbors: int = 5,
                  spread_alpha: float = 0.99, round_vote: int = 10, smooth_steps: int = 0, smooth_alpha: float = 0.9,
-                 cluster_weight: float = 0.0, neighbor_positives: int = 0):
+                 cluster_weight: float = 0.0, neighbor_positives: int = 0, labelling: Labelling = "nearest",
+                 walk_restart: float = 0.1, walk_server: float = 0.5, walk_links: int = 5, walk_iterations: int = 300):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         check_summary_settings(summary_size, neighbors, spread_neighbors, spread_alpha, round_vote, smooth_steps,
                                smooth_alpha)
+        check_walk_settings(labelling, walk_restart, walk_server, walk_links, walk_iterations, spread_neighbors)
         for name, value, low in (("hog_cell", hog_cell, 1), ("neighbor_positives", neighbor_positives, 0)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")

@@ -250,7 +250,9 @@ def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
                                  dict(projector_rank=0), dict(hog_cell=0), dict(cluster_space="input+backbone"),
                                  dict(cluster_weight=-0.5), dict(smooth_steps=-1), dict(smooth_alpha=1.5),
                                  dict(smooth_steps=2, spread_neighbors=0), dict(neighbor_positives=-1),
-                                 dict(neighbor_positives=1.5)])
+                                 dict(neighbor_positives=1.5), dict(labelling="vote"), dict(walk_restart=0.0),
+                                 dict(walk_server=1.0), dict(walk_links=0), dict(walk_iterations=0),
+                                 dict(labelling="walk", spread_neighbors=0)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
@@ -344,3 +346,50 @@ def test_a_client_below_the_floor_sends_no_summary_and_still_labels_its_samples(
     assert len(updates[small].payload["summaries"]) == 0 and len(updates[small].payload["summary_sizes"]) == 0
     labels = method.predict(data, states)
     assert (labels[data.parts[small]] >= 0).all()
+
+
+def test_the_walk_labels_every_client_from_its_own_groups_and_all_summaries(monkeypatch):
+    """labelling: walk: the server knows which client sent each summary; each client walks on its own graph, sends
+    one mean per own group (its fixed groups, in the server's rows it owns), and its samples take the walk's labels
+    (voted as before); a client below the floor walks without groups of its own."""
+    import fedclust.methods.families.summary_spectral as family
+
+    data = build_federated_data(tiny_data(num_clients=40, partition="dirichlet", alpha=0.3, min_partition_size=2),
+                                torch.device("cpu"), 0)
+    method = tiny(labelling="walk", walk_iterations=50)
+    method.build(data.info)
+    states = {}
+    updates = _round(method, data, states)
+    owners = torch.cat([torch.full((len(u.payload["summaries"]),), u.client_id) for u in updates])
+    assert torch.equal(method.summary_owners, owners)
+    seen = {}
+    real_walk = family.client_walk
+
+    def client_walk(h, neighbors_of, summaries, scales, groups, own, links):
+        walk = real_walk(h, neighbors_of, summaries, scales, groups, own, links)
+        seen[len(seen)] = (len(h), groups.clone(), own.clone(), walk)
+        return walk
+
+    monkeypatch.setattr(family, "client_walk", client_walk)
+    labels = method.predict(data, states)
+    assert ((labels >= 0) & (labels < method.num_clusters)).all()
+    held = [cid for cid in range(data.num_clients) if len(data.parts[cid])]
+    assert len(seen) == len(held)
+    for (n, groups, own, walk), cid in zip(seen.values(), held):
+        assert n == len(data.parts[cid])
+        assert torch.equal(own, (owners == cid).nonzero().squeeze(1))
+        if len(own):  # the client's own fixed groups, each at least the floor
+            assert torch.equal(groups, states[cid]["groups"])
+            assert torch.bincount(groups).min() >= FLOOR
+        assert walk.members.shape == (len(own), n)
+    assert any(len(own) == 0 for _, _, own, _ in seen.values())  # the clients below the floor
+
+
+def test_the_walk_refuses_differential_privacy_it_would_not_cover(run_fit):
+    with pytest.raises(ConfigError, match="federation.dp_epsilon.*summary_norm_bound"):
+        run_fit(tiny(labelling="walk"), federation=FederationConfig(dp_epsilon=4.0))
+
+
+def test_a_run_with_the_walk_clusters_images(run_fit):
+    metrics = run_fit(tiny(cluster_space="hog+backbone", hog_cell=2, labelling="walk", walk_iterations=100))
+    assert 0.5 < metrics["nmi"] <= 1  # digits

@@ -10,14 +10,19 @@ wants clustered) and trains it as it likes; the family makes what leaves a clien
   Jordan, KDD 2009; self-tuning weights, Zelnik-Manor & Perona, NIPS 2004) and sends every summary's cluster back.
 - A client labels a sample by its nearest summary's cluster, spreads the labels over its own graph (Zhou et al.,
   NIPS 2004) and votes over its labels of its last rounds; evaluation runs in the space the summaries were made in.
+  With `labelling: walk` the labels come instead from a two-level random walk over every client's samples and all
+  summaries (fedclust/clustering/two_level_walk.py): a block power iteration in which a client sends, per step, the
+  mean of each of its groups' members' rows and a k x k Gram, aggregates of at least the floor's samples; the
+  server's clustering of the summaries (for `assign`) is the same in both.
 
 The subclass's hparams hold the family's settings (names as in FedSpectral's Args): summary_size, neighbors,
-spread_neighbors, spread_alpha, round_vote, smooth_steps, smooth_alpha; `check_summary_settings` refuses bad ones.
+spread_neighbors, spread_alpha, round_vote, smooth_steps, smooth_alpha, labelling, walk_restart, walk_server,
+walk_links, walk_iterations; `check_summary_settings` and `check_walk_settings` refuse bad ones.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +34,7 @@ from fedclust.clustering.knn_vote import nearest_neighbors, nearest_rows
 from fedclust.clustering.label_history import remember_and_vote
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import fixed_groups, group_summaries, label_by_summaries
+from fedclust.clustering.two_level_walk import client_walk, server_walk, summary_scales, walk_labels, walk_rows
 from fedclust.contract import ClientContext, ClientUpdate, FederatedMethod, RoundContext
 from fedclust.errors import ConfigError, NotFittedError
 from fedclust.seeding import int_seed
@@ -36,6 +42,8 @@ from fedclust.seeding import int_seed
 GROUPS = "groups"  # ctx.state: each of the client's samples' fixed group, drawn the first round it takes part
 GRAPH = "graph"  # ctx.state: the client's smoothing graph (n, spread_neighbors + 1), built with its groups
 HISTORY = "labels_by_round"  # ctx.state: {round: its labels} of the client's last round_vote evaluated rounds
+Labelling = Literal["nearest", "walk"]
+LABELLINGS = get_args(Labelling)
 
 
 def check_summary_settings(summary_size: int | None, neighbors: int, spread_neighbors: int, spread_alpha: float,
@@ -56,6 +64,22 @@ def check_summary_settings(summary_size: int | None, neighbors: int, spread_neig
                           "an integer >= 1 when method.smooth_steps is set (smoothing runs over that graph)")
 
 
+def check_walk_settings(labelling: str, walk_restart: float, walk_server: float, walk_links: int,
+                        walk_iterations: int, spread_neighbors: int) -> None:
+    """One sentence for the first of the labelling settings that is out of range."""
+    if labelling not in LABELLINGS:
+        raise ConfigError("method.labelling", labelling, " or ".join(LABELLINGS))
+    if labelling == "walk" and spread_neighbors < 1:
+        raise ConfigError("method.spread_neighbors", spread_neighbors,
+                          "an integer >= 1 with method.labelling walk (the walk steps on each client's own graph)")
+    for name, value in (("walk_restart", walk_restart), ("walk_server", walk_server)):
+        if not 0 < value < 1:
+            raise ConfigError(f"method.{name}", value, "a number in (0, 1)")
+    for name, value in (("walk_links", walk_links), ("walk_iterations", walk_iterations)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"method.{name}", value, "an integer >= 1")
+
+
 class SummarySpectral(FederatedMethod):
     """Fixed-group summaries under the floor, spectral clustering of them on the server, labels on the clients."""
 
@@ -65,11 +89,17 @@ class SummarySpectral(FederatedMethod):
         super().__init__(num_clusters, batch_size)
         self.summaries: Tensor | None = None  # server: every client's summaries this round (S, d), unit norm
         self.summary_labels: Tensor | None = None  # server: their clusters (S,)
+        self.summary_owners: Tensor | None = None  # server: the client that sent each summary (S,), in group order
+        self.walk_seed = 0  # server: the round's seed of the walk's start and k-means
         self.space: dict[str, Tensor] | None = None  # the global weights the round's summaries were made with
         self.space_round = -1  # which round (over all stages) that was
 
-    def summary_norm_bound(self) -> float:
-        return 1.0  # summaries are means of unit rows (embed)
+    def summary_norm_bound(self) -> float | None:
+        # summaries are means of unit rows (embed); the walk's messages are not noised, so no noise may claim the run
+        return None if self._walks() else 1.0
+
+    def _walks(self) -> bool:
+        return getattr(self.hparams, "labelling", "nearest") == "walk"
 
     # --- client ------------------------------------------------------------------------------------
     def on_round_start(self, ctx: RoundContext) -> None:
@@ -121,6 +151,7 @@ class SummarySpectral(FederatedMethod):
         super().aggregate(averaged, updates, ctx)
         points = torch.cat([u.payload["summaries"] for u in updates])
         sizes = torch.cat([u.payload["summary_sizes"] for u in updates])
+        owners = torch.cat([torch.full((len(u.payload["summaries"]),), u.client_id) for u in updates])
         if len(points) == 0:  # every client that took part is below the floor: the clustering stays the last one's
             return
         self.summary_labels = spectral_clustering(points, self.num_clusters, neighbors=self.hparams.neighbors,
@@ -128,14 +159,22 @@ class SummarySpectral(FederatedMethod):
                                                   seed=int_seed(ctx.seed, "server-spectral", ctx.stage_index,
                                                                 ctx.round)).cpu()
         self.summaries = F.normalize(points.float(), dim=1).cpu()
+        self.summary_owners = owners
+        self.walk_seed = int_seed(ctx.seed, "walk", ctx.stage_index, ctx.round)
 
     def server_state(self) -> dict[str, Any]:
         return {"summaries": self.summaries, "summary_labels": self.summary_labels, "space": self.space,
-                "space_round": self.space_round}
+                "space_round": self.space_round, "summary_owners": self.summary_owners,
+                "walk_seed": self.walk_seed}
 
     def load_server_state(self, state: dict[str, Any]) -> None:
         self.summaries, self.summary_labels = state["summaries"], state["summary_labels"]
         self.space, self.space_round = state.get("space"), int(state.get("space_round", -1))
+        owners = state.get("summary_owners")  # untrusted: one client id per summary, or the walk cannot use them
+        valid = (isinstance(owners, Tensor) and self.summaries is not None and owners.shape == (len(self.summaries),)
+                 and not owners.is_floating_point())
+        self.summary_owners = owners.long() if valid else None
+        self.walk_seed = int(state.get("walk_seed", 0))
 
     def global_centroids(self) -> Tensor | None:
         """Each cluster's mean summary direction (the clusters themselves are unions of summaries)."""
@@ -155,8 +194,9 @@ class SummarySpectral(FederatedMethod):
     @torch.no_grad()
     def predict(self, data, client_states: dict[int, dict[str, Any]]) -> Tensor:
         """What every client does with the server's labels, in the space its summaries were made in: each sample
-        takes its nearest summary's cluster, spread over the client's own nearest-neighbour graph, then voted over
-        the client's last round_vote evaluated rounds. A sample no client holds takes its nearest summary's."""
+        takes its nearest summary's cluster, spread over the client's own nearest-neighbour graph (or, with
+        `labelling: walk`, its label from the two-level walk), then voted over the client's last round_vote
+        evaluated rounds. A sample no client holds takes its nearest summary's."""
         if self.summaries is None:
             raise NotFittedError(f"{type(self).__name__} has no summaries yet (no client has sent any)")
         current = {k: v.detach().clone() for k, v in self.state_dict().items()}
@@ -164,10 +204,21 @@ class SummarySpectral(FederatedMethod):
             self.load_state_dict(self.space)
         labels = torch.full((len(data),), -1, dtype=torch.long)
         try:
-            for cid, part in enumerate(data.parts):
-                if len(part):
-                    labels[part.cpu()] = self._client_labels(data.client(cid, self.batch_size),
-                                                             client_states.setdefault(cid, {}))
+            held = [cid for cid, part in enumerate(data.parts) if len(part)]
+
+            def rows_of(cid: int) -> Tensor:
+                return self._smoothed(self._embed_all(data.client(cid, self.batch_size)),
+                                      client_states.setdefault(cid, {}))
+
+            if self._walks():  # every client's rows at once: each step of the walk visits them all
+                label_of = self._walk_labels({cid: rows_of(cid) for cid in held}, client_states).__getitem__
+            else:  # one client's rows at a time
+                def label_of(cid: int) -> Tensor:
+                    return self.summary_labels_of(rows_of(cid)).cpu()
+            for cid in held:
+                state = client_states.setdefault(cid, {})
+                state[HISTORY], labels[data.parts[cid].cpu()] = remember_and_vote(
+                    state.get(HISTORY), label_of(cid), self.space_round, self.hparams.round_vote, self.num_clusters)
             missing = (labels < 0).nonzero().squeeze(1)
             if len(missing):
                 labels[missing] = torch.cat([self.assign(x).cpu() for x in data.iter_indices(missing)])
@@ -175,8 +226,24 @@ class SummarySpectral(FederatedMethod):
             self.load_state_dict(current)
         return labels
 
-    def _client_labels(self, client, state: dict[str, Any]) -> Tensor:
-        labels = self.summary_labels_of(self._smoothed(self._embed_all(client), state)).cpu()
-        state[HISTORY], voted = remember_and_vote(state.get(HISTORY), labels, self.space_round,
-                                                  self.hparams.round_vote, self.num_clusters)
-        return voted
+    def _walk_labels(self, rows: dict[int, Tensor], client_states: dict[int, dict[str, Any]]) -> dict[int, Tensor]:
+        """Every client's labels from the two-level walk over all clients' rows and the round's summaries. A client
+        walks to the summaries of every client; its own groups take part when it sent this round's summaries of them
+        (its fixed groups, as many as its rows among the server's)."""
+        hp = self.hparams
+        summaries = self.summaries
+        owners = self.summary_owners if self.summary_owners is not None else torch.full((len(summaries),), -1)
+        scales = summary_scales(summaries, hp.neighbors)
+        walks = []
+        for cid, h in rows.items():
+            own = (owners == cid).nonzero().squeeze(1)
+            groups = client_states[cid].get(GROUPS)
+            if not (isinstance(groups, Tensor) and groups.shape == (len(h),) and len(own)
+                    and int(groups.min()) >= 0 and int(groups.max()) + 1 == len(own)):
+                own, groups = own[:0], torch.zeros(len(h), dtype=torch.long)
+            neighbors_of = nearest_neighbors(h, hp.spread_neighbors)
+            walks.append(client_walk(h, neighbors_of, summaries, scales, groups, own, hp.walk_links))
+        seed = self.walk_seed
+        summary_rows, sample_rows = walk_rows(walks, server_walk(summaries, hp.neighbors), self.num_clusters,
+                                              hp.walk_restart, hp.walk_server, hp.walk_iterations, seed)
+        return dict(zip(rows, walk_labels(summary_rows, sample_rows, self.num_clusters, seed)))
