@@ -103,8 +103,9 @@ class FedSpectral(SummarySpectral):
         labelling: How a client labels its samples from the server's clustering: "nearest" (its nearest summary's
             cluster, spread over its own graph) or "walk" (the leading eigenvectors of a random walk that steps on the
             client's own spread_neighbors graph and to the walk_links nearest summaries of any client, and from a
-            summary to its group's members or its server neighbours; spread_alpha is not used). With the walk
-            federation.dp_epsilon is refused: its messages are not noised.
+            summary to its group's members or its server neighbours; spread_alpha is not used; cluster_weight's
+            labels stay the nearest summary's). With the walk federation.dp_epsilon is refused: its messages are not
+            noised.
         walk_restart: The walk's chance of stepping from a sample to a summary rather than to a neighbour, in (0, 1).
         walk_server: The walk's chance of stepping from a summary to a server neighbour rather than to one of its
             group's members, in (0, 1).

@@ -393,3 +393,22 @@ def test_the_walk_refuses_differential_privacy_it_would_not_cover(run_fit):
 def test_a_run_with_the_walk_clusters_images(run_fit):
     metrics = run_fit(tiny(cluster_space="hog+backbone", hog_cell=2, labelling="walk", walk_iterations=100))
     assert 0.5 < metrics["nmi"] <= 1  # digits
+
+
+@pytest.mark.parametrize("owners", [torch.zeros(3), torch.zeros(1, dtype=torch.long), "clients", None])
+def test_a_checkpoints_summary_owners_are_untrusted(owners):
+    """Owners read back from a checkpoint that are not one integer per summary are dropped: the walk then runs
+    with no client claiming a summary (every client still walks to them), rather than trusting them."""
+    data = _data()
+    method = tiny(labelling="walk", walk_iterations=20)
+    method.build(data.info)
+    states = {}
+    _round(method, data, states)
+    state = method.server_state()
+    method.load_server_state({**state, "summary_owners": owners})
+    assert method.summary_owners is None
+    method.load_server_state(state)
+    assert torch.equal(method.summary_owners, state["summary_owners"])
+    method.load_server_state({**state, "summary_owners": owners})
+    labels = method.predict(data, states)
+    assert ((labels >= 0) & (labels < method.num_clusters)).all()

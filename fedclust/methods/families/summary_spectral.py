@@ -22,6 +22,7 @@ walk_links, walk_iterations; `check_summary_settings` and `check_walk_settings` 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal, get_args
 
 import torch
@@ -210,8 +211,8 @@ class SummarySpectral(FederatedMethod):
                 return self._smoothed(self._embed_all(data.client(cid, self.batch_size)),
                                       client_states.setdefault(cid, {}))
 
-            if self._walks():  # every client's rows at once: each step of the walk visits them all
-                label_of = self._walk_labels({cid: rows_of(cid) for cid in held}, client_states).__getitem__
+            if self._walks():  # every client at once: each step of the walk visits them all
+                label_of = self._walk_labels(((cid, rows_of(cid)) for cid in held), client_states).__getitem__
             else:  # one client's rows at a time
                 def label_of(cid: int) -> Tensor:
                     return self.summary_labels_of(rows_of(cid)).cpu()
@@ -226,16 +227,18 @@ class SummarySpectral(FederatedMethod):
             self.load_state_dict(current)
         return labels
 
-    def _walk_labels(self, rows: dict[int, Tensor], client_states: dict[int, dict[str, Any]]) -> dict[int, Tensor]:
+    def _walk_labels(self, rows: Iterable[tuple[int, Tensor]],
+                     client_states: dict[int, dict[str, Any]]) -> dict[int, Tensor]:
         """Every client's labels from the two-level walk over all clients' rows and the round's summaries. A client
         walks to the summaries of every client; its own groups take part when it sent this round's summaries of them
-        (its fixed groups, as many as its rows among the server's)."""
+        (its fixed groups, as many as its rows among the server's). Each client's rows are dropped once its sparse
+        walk is built, so memory holds n x (neighbours + links) entries, not every client's rows."""
         hp = self.hparams
         summaries = self.summaries
         owners = self.summary_owners if self.summary_owners is not None else torch.full((len(summaries),), -1)
         scales = summary_scales(summaries, hp.neighbors)
-        walks = []
-        for cid, h in rows.items():
+        walks, clients = [], []
+        for cid, h in rows:
             own = (owners == cid).nonzero().squeeze(1)
             groups = client_states[cid].get(GROUPS)
             if not (isinstance(groups, Tensor) and groups.shape == (len(h),) and len(own)
@@ -243,7 +246,8 @@ class SummarySpectral(FederatedMethod):
                 own, groups = own[:0], torch.zeros(len(h), dtype=torch.long)
             neighbors_of = nearest_neighbors(h, hp.spread_neighbors)
             walks.append(client_walk(h, neighbors_of, summaries, scales, groups, own, hp.walk_links))
+            clients.append(cid)
         seed = self.walk_seed
         summary_rows, sample_rows = walk_rows(walks, server_walk(summaries, hp.neighbors), self.num_clusters,
                                               hp.walk_restart, hp.walk_server, hp.walk_iterations, seed)
-        return dict(zip(rows, walk_labels(summary_rows, sample_rows, self.num_clusters, seed)))
+        return dict(zip(clients, walk_labels(summary_rows, sample_rows, self.num_clusters, seed)))
