@@ -103,14 +103,16 @@ class FedSpectral(SummarySpectral):
         labelling: How a client labels its samples from the server's clustering: "nearest" (its nearest summary's
             cluster, spread over its own graph) or "walk" (the leading eigenvectors of a random walk that steps on the
             client's own spread_neighbors graph and to the walk_links nearest summaries of any client, and from a
-            summary to its group's members or its server neighbours; spread_alpha is not used; cluster_weight's
-            labels stay the nearest summary's). With the walk federation.dp_epsilon is refused: its messages are not
-            noised.
+            summary to its group's members or its server neighbours; spread_alpha is not used, walk_spread_alpha
+            is; cluster_weight's labels stay the nearest summary's). With the walk federation.dp_epsilon is refused:
+            its messages are not noised.
         walk_restart: The walk's chance of stepping from a sample to a summary rather than to a neighbour, in (0, 1).
         walk_server: The walk's chance of stepping from a summary to a server neighbour rather than to one of its
             group's members, in (0, 1).
         walk_links: The nearest summaries a sample steps to.
         walk_iterations: Block power steps (federated exchanges) that find the walk's eigenvectors, per evaluation.
+        walk_spread_alpha: Label spreading's alpha for the walk's labels over each client's own graph, in [0, 1)
+            (0: a sample keeps the walk's label).
     """
 
     def __init__(self, num_clusters: int | None = None, backbone: str = "convnet28", projector_hidden: int = 512,
@@ -121,12 +123,14 @@ class FedSpectral(SummarySpectral):
                  cluster_space: ClusterSpace = "backbone", hog_cell: int = 4, spread_neighbors: int = 5,
                  spread_alpha: float = 0.99, round_vote: int = 10, smooth_steps: int = 0, smooth_alpha: float = 0.9,
                  cluster_weight: float = 0.0, neighbor_positives: int = 0, labelling: Labelling = "nearest",
-                 walk_restart: float = 0.1, walk_server: float = 0.5, walk_links: int = 5, walk_iterations: int = 300):
+                 walk_restart: float = 0.1, walk_server: float = 0.5, walk_links: int = 5, walk_iterations: int = 300,
+                 walk_spread_alpha: float = 0.0):
         super().__init__(num_clusters, batch_size)
         self.save_hyperparameters()
         check_summary_settings(summary_size, neighbors, spread_neighbors, spread_alpha, round_vote, smooth_steps,
                                smooth_alpha)
-        check_walk_settings(labelling, walk_restart, walk_server, walk_links, walk_iterations, spread_neighbors)
+        check_walk_settings(labelling, walk_restart, walk_server, walk_links, walk_iterations, spread_neighbors,
+                            walk_spread_alpha)
         for name, value, low in (("hog_cell", hog_cell, 1), ("neighbor_positives", neighbor_positives, 0)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"method.{name}", value, f"an integer >= {low}")

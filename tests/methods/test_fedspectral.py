@@ -252,7 +252,7 @@ def test_round_vote_keeps_each_clients_last_labels_and_votes_over_them():
                                  dict(smooth_steps=2, spread_neighbors=0), dict(neighbor_positives=-1),
                                  dict(neighbor_positives=1.5), dict(labelling="vote"), dict(walk_restart=0.0),
                                  dict(walk_server=1.0), dict(walk_links=0), dict(walk_iterations=0),
-                                 dict(labelling="walk", spread_neighbors=0)])
+                                 dict(labelling="walk", spread_neighbors=0), dict(walk_spread_alpha=1.0)])
 def test_bad_settings_are_one_sentence(bad):
     with pytest.raises(ConfigError, match="method."):
         tiny(**bad)
@@ -412,3 +412,30 @@ def test_a_checkpoints_summary_owners_are_untrusted(owners):
     method.load_server_state({**state, "summary_owners": owners})
     labels = method.predict(data, states)
     assert ((labels >= 0) & (labels < method.num_clusters)).all()
+
+
+def test_the_walks_labels_can_spread_over_each_clients_own_graph(monkeypatch):
+    """walk_spread_alpha: the walk's labels, spread over the client's own graph (the one the walk steps on) with
+    that alpha; 0 keeps them."""
+    import fedclust.methods.families.summary_spectral as family
+
+    data = _data()
+    found = {}
+    real = family.walk_labels
+    monkeypatch.setattr(family, "walk_labels", lambda *a: found.setdefault("labels", real(*a)))
+    outcomes = []
+    for alpha in (0.0, 0.9):
+        found.clear()
+        method = tiny(labelling="walk", walk_iterations=30, walk_spread_alpha=alpha)
+        method.build(data.info)
+        states = {}
+        _round(method, data, states)
+        labels = method.predict(data, states)
+        outcomes.append((labels, found["labels"], method, states))
+    (plain, walked, _, _), (spread, walked_too, method, states) = outcomes
+    for cid, part in enumerate(data.parts):
+        assert torch.equal(plain[part], walked[cid])
+        method.load_state_dict(method.space)
+        h = method._smoothed(method._embed_all(data.client(cid, 64)), states[cid])
+        expected = label_spreading(nearest_neighbors(h, 4), walked_too[cid], method.num_clusters, 0.9)
+        assert torch.equal(spread[part], expected)

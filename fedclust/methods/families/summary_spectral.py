@@ -17,7 +17,7 @@ wants clustered) and trains it as it likes; the family makes what leaves a clien
 
 The subclass's hparams hold the family's settings (names as in FedSpectral's Args): summary_size, neighbors,
 spread_neighbors, spread_alpha, round_vote, smooth_steps, smooth_alpha, labelling, walk_restart, walk_server,
-walk_links, walk_iterations; `check_summary_settings` and `check_walk_settings` refuse bad ones.
+walk_links, walk_iterations, walk_spread_alpha; `check_summary_settings` and `check_walk_settings` refuse bad ones.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from fedclust.clustering.graph_smoothing import propagate
 from fedclust.clustering.kept_state import kept_or_made
 from fedclust.clustering.knn_vote import nearest_neighbors, nearest_rows
 from fedclust.clustering.label_history import remember_and_vote
+from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import fixed_groups, group_summaries, label_by_summaries
 from fedclust.clustering.two_level_walk import client_walk, server_walk, summary_scales, walk_labels, walk_rows
@@ -66,7 +67,7 @@ def check_summary_settings(summary_size: int | None, neighbors: int, spread_neig
 
 
 def check_walk_settings(labelling: str, walk_restart: float, walk_server: float, walk_links: int,
-                        walk_iterations: int, spread_neighbors: int) -> None:
+                        walk_iterations: int, spread_neighbors: int, walk_spread_alpha: float = 0.0) -> None:
     """One sentence for the first of the labelling settings that is out of range."""
     if labelling not in LABELLINGS:
         raise ConfigError("method.labelling", labelling, " or ".join(LABELLINGS))
@@ -79,6 +80,8 @@ def check_walk_settings(labelling: str, walk_restart: float, walk_server: float,
     for name, value in (("walk_links", walk_links), ("walk_iterations", walk_iterations)):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"method.{name}", value, "an integer >= 1")
+    if not 0 <= walk_spread_alpha < 1:
+        raise ConfigError("method.walk_spread_alpha", walk_spread_alpha, "a number in [0, 1)")
 
 
 class SummarySpectral(FederatedMethod):
@@ -246,8 +249,11 @@ class SummarySpectral(FederatedMethod):
                 own, groups = own[:0], torch.zeros(len(h), dtype=torch.long)
             neighbors_of = nearest_neighbors(h, hp.spread_neighbors)
             walks.append(client_walk(h, neighbors_of, summaries, scales, groups, own, hp.walk_links))
-            clients.append(cid)
+            clients.append((cid, neighbors_of))
         seed = self.walk_seed
         summary_rows, sample_rows = walk_rows(walks, server_walk(summaries, hp.neighbors), self.num_clusters,
                                               hp.walk_restart, hp.walk_server, hp.walk_iterations, seed)
-        return dict(zip(clients, walk_labels(summary_rows, sample_rows, self.num_clusters, seed)))
+        labels = walk_labels(summary_rows, sample_rows, self.num_clusters, seed)
+        alpha = getattr(hp, "walk_spread_alpha", 0.0)  # spread over the client's own graph, as the nearest path does
+        return {cid: label_spreading(graph, found, self.num_clusters, alpha) if alpha else found
+                for (cid, graph), found in zip(clients, labels)}
