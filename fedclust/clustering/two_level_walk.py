@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedclust.clustering.kmeans import kmeans
+from fedclust.clustering.knn_vote import nearest_neighbors
 from fedclust.clustering.spectral import knn_affinity
 
 
@@ -56,10 +57,8 @@ def summary_scales(summaries: Tensor, neighbors: int) -> Tensor:
     unit = F.normalize(summaries.float(), dim=1)
     if len(unit) < 2:
         return torch.ones(len(unit), dtype=torch.float64)
-    similarity = unit @ unit.T
-    similarity.fill_diagonal_(-2.0)
-    m = min(neighbors, len(unit) - 1)
-    return _chord2(similarity.topk(m, dim=1).values[:, -1]).sqrt().clamp_min(1e-6)
+    found = nearest_neighbors(unit, min(neighbors, len(unit) - 1))[:, -1]  # sparse search, never S x S
+    return _chord2((unit * unit[found]).sum(1)).sqrt().clamp_min(1e-6)
 
 
 def server_walk(summaries: Tensor, neighbors: int) -> sp.csr_matrix:
@@ -88,7 +87,9 @@ def client_walk(h: Tensor, neighbors_of: Tensor, summaries: Tensor, scales: Tens
     weight = torch.exp(-chord2 / (scale[:, None] * scale[cols])) * (cols != rows)
     graph = sp.csr_matrix((weight.flatten().numpy(), (rows.flatten().numpy(), cols.flatten().numpy())), shape=(n, n))
     m = min(links, len(summaries))
-    similarity, nearest = (unit @ F.normalize(summaries.float(), dim=1).T).topk(m, dim=1)
+    base = F.normalize(summaries.float(), dim=1)
+    chunks = [(unit[i:i + 4096] @ base.T).topk(m, dim=1) for i in range(0, n, 4096)]  # never all n x S at once
+    similarity, nearest = torch.cat([c.values for c in chunks]), torch.cat([c.indices for c in chunks])
     link_weight = torch.exp(-_chord2(similarity) / (scale[:, None] * scales.double()[nearest]))
     link_rows = np.repeat(np.arange(n), m)
     to_summaries = sp.csr_matrix((link_weight.flatten().numpy(), (link_rows, nearest.flatten().numpy())),
