@@ -26,7 +26,7 @@ from fedclust.errors import ConfigError, FedclustError
 from fedclust.probes.diagnose import DIAGNOSTIC_KEYS as DIAGNOSTICS
 from fedclust.sweep import Point
 
-from .common import as_number
+from .common import ROOT, as_number
 
 FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
 # seconds: the rounds' sum; server_seconds / client_seconds: the median round's server step and one client's step
@@ -137,10 +137,10 @@ def load(name: str, folder: Path) -> Experiment:
         at = f"{where}: configs[{i}]"
         _fields(at, entry, ENTRY, ("label", "config"))
         try:
-            config = str(resolve_config(entry["config"]))
+            config = str(resolve_config(_repository_path(entry["config"])))
         except FedclustError:
             raise ConfigError(f"{at}.config", entry["config"], "a packaged config's name (`fedclust configs` "
-                              "lists them) or the path of a YAML config") from None
+                              "lists them) or a YAML config's path from the repository's root") from None
         grid = entry.get("grid", spec.get("grid"))
         axes = _grid(f"{at}.grid" if "grid" in entry else f"{where}: grid", grid) if grid is not None else {}
         overrides = {**common, **_overrides(f"{at}.overrides", entry.get("overrides", {}))}
@@ -157,6 +157,13 @@ def load(name: str, folder: Path) -> Experiment:
             exp.runs.append(Run(entry["label"], point, values))
     _outputs(exp, where, spec["table"])
     return exp
+
+
+def _repository_path(value: object) -> str:
+    """A config path in an experiment is read from the repository's root, so that the runner, the tests and a
+    report find the same file from any working folder (benchmarks/configs holds the lab's frozen configs)."""
+    text = str(value)
+    return str(ROOT / text) if "/" in text and not Path(text).is_absolute() else text
 
 
 def _fields(at: str, node: object, allowed: dict[str, type], required: tuple[str, ...]) -> None:

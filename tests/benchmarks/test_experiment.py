@@ -82,6 +82,22 @@ def test_grid_crosses_each_config_and_a_config_may_have_its_own(write_experiment
     assert paper_cell(exp, exp.paper[0], exp.runs[0]) == 0.5 and paper_cell(exp, exp.paper[0], exp.runs[-1]) is None
 
 
+def test_a_config_path_is_read_from_the_repository_root_and_a_frozen_copy_keeps_the_rows(
+        write_experiment, tiny_spec, tmp_path, monkeypatch):
+    """An experiment may name a lab config by its path from the repository's root, from any working folder; the
+    frozen copy of FedSpectral's old packaged config has that config's fingerprint (content, not file name), so the
+    rows made with it stay archived while configs/fedspectral_fmnist.yaml moves on."""
+    frozen = "benchmarks/configs/fedspectral_fmnist_nearest.yaml"
+    monkeypatch.chdir(tmp_path)  # not the repository: a path read from here would not exist
+    spec = tiny_spec(configs=[{"label": "FedSpectral", "config": frozen}], paper=[])
+    exp = load(str(write_experiment(spec)), tmp_path)
+    assert Path(exp.runs[0].point.config) == ROOT / frozen
+    copy = tmp_path / "renamed.yaml"
+    copy.write_text("# another comment and name\n" + (ROOT / frozen).read_text())
+    moved = type(exp.runs[0].point)(exp.runs[0].point.name, str(copy), exp.runs[0].point.overrides)
+    assert fingerprint(moved) == fingerprint(exp.runs[0].point)
+
+
 def test_heterogeneity_experiment_is_what_issues_22_and_43_ask_for():
     exp = load("heterogeneity_fmnist", EXPERIMENTS)
     assert exp.labels == ["k-FED", "k-FED (HOG)", "Spectral (HOG, central)", "FedSpectral round 1", "KM",
