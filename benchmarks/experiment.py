@@ -137,7 +137,8 @@ def load(name: str, folder: Path) -> Experiment:
         at = f"{where}: configs[{i}]"
         _fields(at, entry, ENTRY, ("label", "config"))
         try:
-            config = str(resolve_config(_repository_path(entry["config"])))
+            value = entry["config"]  # a path is read from the repository's root; ROOT / an absolute path is that path
+            config = str(resolve_config(str(ROOT / value) if "/" in value else value))
         except FedclustError:
             raise ConfigError(f"{at}.config", entry["config"], "a packaged config's name (`fedclust configs` "
                               "lists them) or a YAML config's path from the repository's root") from None
@@ -157,13 +158,6 @@ def load(name: str, folder: Path) -> Experiment:
             exp.runs.append(Run(entry["label"], point, values))
     _outputs(exp, where, spec["table"])
     return exp
-
-
-def _repository_path(value: object) -> str:
-    """A config path in an experiment is read from the repository's root, so that the runner, the tests and a
-    report find the same file from any working folder (benchmarks/configs holds the lab's frozen configs)."""
-    text = str(value)
-    return str(ROOT / text) if "/" in text and not Path(text).is_absolute() else text
 
 
 def _fields(at: str, node: object, allowed: dict[str, type], required: tuple[str, ...]) -> None:

@@ -215,8 +215,7 @@ def markdown(exp: Experiment, rows: list[dict], command: str) -> str:
         keys = exp.grid_keys
         lines += ["| " + " | ".join(str(row.get(k, "")) if k in keys else _cell(k, row.get(k)) for _, k in shown)
                   + " |" for row in members] + [""]
-    lines += ["## How the runs were made", "",
-              f"Machine: {'; '.join(machines)}. The runs' commands started {dates}"
+    lines += ["## How the runs were made", "", f"Machine: {'; '.join(machines)}. The runs' commands started {dates}"
               + (f" ({unrecorded} runs read back from a table written before the CSV kept machine and date: their "
                  "commit column says what they ran, the history of this file when)" if unrecorded else "")
               + f"; this file written {now()} on {machine(False)}.", ""]
