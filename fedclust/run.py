@@ -1,5 +1,6 @@
 """`fedclust fit`: build Fabric, data, method and federation from typed arguments, run, write the run folder;
-its parser (typed from fit's signature), and a run folder brought back from what it saved (`load_run`).
+its parser (typed from fit's signature), and `load_run`: a run folder brought back (fedclust/saved_run.py) with
+that parser.
 
 fit reads as its five steps, one function (or context) each: 1. checks (`check_request`, then the resumed run's
 checkpoint, `read_resumed_checkpoint`), 2. the folder (`claimed_folder`), 3. build (`build_run` -> `Run`),
@@ -23,11 +24,11 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import torch
 import yaml
-from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser
+from jsonargparse import ActionConfigFile, ArgumentParser
 from lightning.fabric import Fabric
 from rich.console import Console
 
@@ -39,16 +40,14 @@ from fedclust.callbacks.diagnostics import Diagnostics, has_embedding
 from fedclust.callbacks.embedding_plot import EmbeddingPlot
 from fedclust.callbacks.loggers import FabricLogging, build_logger, require_logger
 from fedclust.callbacks.progress import ProgressCallback
-from fedclust.cli_errors import one_sentence
 from fedclust.clustering.kmeans import backend_in_use as kmeans_backend_in_use
 from fedclust.clustering.kmeans import set_backend as set_kmeans_backend
-from fedclust.config_files import check_config_file
 from fedclust.contract import FederatedMethod
 from fedclust.data import derived
 from fedclust.data.client_data import FederatedData
 from fedclust.data.config import DataConfig, build_federated_data
 from fedclust.data.partition import class_counts, format_class_counts
-from fedclust.errors import ConfigError, FedclustError
+from fedclust.errors import FedclustError
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.distributed import (
     check_launcher,
@@ -60,7 +59,7 @@ from fedclust.federation.orchestrator import Orchestrator
 from fedclust.federation.setup import check_hparams, setup_method
 from fedclust.nn.backbones import use_channels_last
 from fedclust.nn.precision import device_type, resolve_memory_format, resolve_precision
-from fedclust.parsers import command_parser, objects_config, read_config
+from fedclust.parsers import command_parser, objects_config
 from fedclust.resume import arithmetic_line, check_resume_overrides, started_arithmetic
 from fedclust.run_checks import (
     check_cuda_request,
@@ -68,11 +67,11 @@ from fedclust.run_checks import (
     check_diagnose,
     check_embedding_points,
     check_run_location,
-    check_saved_run,
     rank_zero_before_launch,
 )
 from fedclust.run_folder import CHECKPOINT, RunFolder
 from fedclust.run_outcome import fewer_clusters, unusable_run
+from fedclust.saved_run import SavedRun, read_saved_run
 
 RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
 
@@ -433,33 +432,9 @@ def fit_parser() -> ArgumentParser:
 # ---------------------------------------------------------------- a run folder brought back
 
 
-class SavedRun(NamedTuple):
-    """A run folder brought back: its method with the saved global state, and what it ran on."""
-
-    method: FederatedMethod
-    data_cfg: DataConfig
-    seed: int
-    state: dict  # the checkpoint: model, server, clients, done, history
-    data: FederatedData  # the run's data and client partition
-
-
 def load_run(folder: Path, device: torch.device) -> SavedRun:
-    """The saved global model of a run folder, with the data and partition it ran on: its config.yaml read with
-    fit's parser, the pieces built as fit builds them, the checkpoint read with the safe loader."""
-    check_saved_run(folder)  # also in fedclust.precheck
-    check_config_file(Path(folder) / "config.yaml", "run")  # untrusted: the check `fit --resume` makes, first
-    state = load_checkpoint(Path(folder) / CHECKPOINT)  # untrusted: judged as soon as it is read, before any work
-    try:
-        cfg = read_config(fit_parser(), Path(folder) / "config.yaml")
-    except ArgumentError as error:
-        raise ConfigError("run", str(folder), "a run folder whose config.yaml `fedclust fit` can read "
-                          f"({one_sentence(str(error)).rstrip('.')})") from None
-    method, data_cfg, seed = cfg["method"], cfg["data"], cfg["seed"]
-    data = build_federated_data(data_cfg, device, seed)
-    setup_method(method, data, seed)
-    method.load_state_dict(state["model"])
-    method.load_server_state(state["server"])
-    return SavedRun(method, data_cfg, seed, state, data)
+    """A run folder brought back (fedclust/saved_run.py), its config.yaml read with fit's parser."""
+    return read_saved_run(folder, device, fit_parser())
 
 
 derived.use_run_loader(load_run)  # the representations data set reads saved runs through the run level

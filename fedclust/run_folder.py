@@ -10,7 +10,7 @@
   a rejected config leaves nothing behind.
 
 It knows no parser and no command: a run is brought back from its folder by fedclust.run.load_run, which reads
-config.yaml with fit's parser.
+config.yaml with fit's parser (fedclust/saved_run.py).
 """
 
 from __future__ import annotations

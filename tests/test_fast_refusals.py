@@ -220,6 +220,7 @@ def test_an_unsafe_checkpoint_is_refused_before_any_data_or_model(files, tmp_pat
     import torch
 
     from fedclust import run as fit_module
+    from fedclust import saved_run
     from fedclust.__main__ import main
 
     run = tmp_path / "crafted"
@@ -231,7 +232,8 @@ def test_an_unsafe_checkpoint_is_refused_before_any_data_or_model(files, tmp_pat
     def no_data(*args, **kwargs):
         raise AssertionError("data loaded before the checkpoint was judged")
 
-    monkeypatch.setattr(fit_module, "build_federated_data", no_data)  # fit() and load_run (evaluate) build there
+    monkeypatch.setattr(fit_module, "build_federated_data", no_data)  # fit() builds there
+    monkeypatch.setattr(saved_run, "build_federated_data", no_data)  # and load_run (evaluate) there
     for argv in (["fit", "--resume", str(run)], ["evaluate", "--run", str(run)]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
