@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -37,6 +39,38 @@ def nearest_rows(queries: Tensor, base: Tensor, chunk: int = 4096) -> Tensor:
         found[lost] = (q[lost] @ b.T).argmax(1)
         return found
     return torch.cat([(q[s:s + chunk] @ b.T).argmax(1) for s in range(0, len(q), chunk)])
+
+
+def similar_rows_search(base: Tensor, k: int, exact_rows: int = EXACT_SEARCH_ROWS, chunk: int = 4096
+                        ) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
+    """A search, built once for many batches of queries, for each unit query row's ``k`` most similar unit rows of
+    ``base`` by inner product: query -> (similarities (m, k), indices (m, k)). Up to ``exact_rows`` base rows (or
+    without FAISS) exact top-k in torch, in chunks of ``chunk`` queries; above, FAISS's inverted-file index over
+    ``base``, trained once (16 of 4 sqrt(n) cells, at most n / 39, searched per query: a query costs about sqrt(n),
+    not n), and a query it finds fewer than k rows for answered exactly."""
+    def exact(queries: Tensor) -> tuple[Tensor, Tensor]:
+        found = [(queries[i:i + chunk] @ base.T).topk(k, dim=1) for i in range(0, len(queries), chunk)]
+        return torch.cat([f.values for f in found]), torch.cat([f.indices for f in found])
+
+    faiss = _faiss()
+    if len(base) <= exact_rows or faiss is None or base.device.type != "cpu" or backend_in_use("cpu") != "faiss-cpu":
+        return exact
+    rows = np.ascontiguousarray(base.numpy())
+    cells = max(1, min(int(4 * len(rows) ** 0.5), len(rows) // 39))  # FAISS trains a cell on at least 39 rows
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(rows.shape[1]), rows.shape[1], cells, faiss.METRIC_INNER_PRODUCT)
+    index.train(rows)
+    index.add(rows)
+    index.nprobe = 16
+
+    def approximate(queries: Tensor) -> tuple[Tensor, Tensor]:
+        similarity, found = (torch.from_numpy(a) for a in index.search(np.ascontiguousarray(queries.numpy()), k))
+        found = found.long()
+        lost = (found < 0).any(1).nonzero().squeeze(1)
+        if len(lost):
+            similarity[lost], found[lost] = exact(queries[lost])
+        return similarity, found
+
+    return approximate
 
 
 def _faiss_search(unit: Tensor, k: int, queries: Tensor | None = None) -> Tensor:

@@ -15,11 +15,13 @@ its own graph and links (they never leave it) and sends, per group of its own, t
 aggregate of the group's samples, at least the floor) and the k x k Gram of its rows (an aggregate of all of them);
 the server orthonormalises every row with the summed Gram. Labels (`walk_labels`): the server k-means the summaries'
 rows and broadcasts the centres; a sample takes its nearest centre. Work and memory per step are linear in the
-samples (sparse n x (neighbours + links) matrices), never n x n.
+samples (sparse n x (neighbours + links) matrices), never n x n; finding the links is exact against every summary
+up to EXACT_LINK_SUMMARIES of them and an inverted-file search above (`summary_links_search`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,8 +31,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedclust.clustering.kmeans import kmeans
-from fedclust.clustering.knn_vote import nearest_neighbors
+from fedclust.clustering.knn_vote import nearest_neighbors, similar_rows_search
 from fedclust.clustering.spectral import knn_affinity
+
+# Above this many summaries a sample's links come from an inverted-file index: up to it exact (every Fashion-MNIST
+# run's ~200-1,400), beyond it a client's exact search against every summary would grow with the whole federation.
+EXACT_LINK_SUMMARIES = 10_000
 
 
 @dataclass
@@ -66,8 +72,16 @@ def server_walk(summaries: Tensor, neighbors: int) -> sp.csr_matrix:
     return _row_stochastic(knn_affinity(summaries, neighbors, kernel="self_tuning"))
 
 
+def summary_links_search(summaries: Tensor, links: int) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
+    """Each unit sample row's ``links`` most similar summaries (chord-ranked), built once for every client's search:
+    exact up to EXACT_LINK_SUMMARIES summaries; above, an inverted-file index, so that a client's search grows with
+    the square root of the summaries, not with them (and the simulated federation's with n sqrt(S), not n S)."""
+    return similar_rows_search(F.normalize(summaries.float(), dim=1), min(links, len(summaries)),
+                               EXACT_LINK_SUMMARIES)
+
+
 def client_walk(h: Tensor, neighbors_of: Tensor, summaries: Tensor, scales: Tensor, groups: Tensor, own: Tensor,
-                links: int) -> ClientWalk:
+                links: int, search: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None) -> ClientWalk:
     """A client's graph, links and groups for the walk.
 
     Args:
@@ -77,6 +91,7 @@ def client_walk(h: Tensor, neighbors_of: Tensor, summaries: Tensor, scales: Tens
         groups: Each row's group (n,) in 0..g-1; own: the server's row of each of those groups (g,), empty when
             the client sent no summary this round (it then walks to the summaries but no summary walks to it).
         links: How many nearest summaries each sample steps to.
+        search: `summary_links_search(summaries, links)`, built once for all clients (built here if not given).
     """
     n = len(h)
     unit = F.normalize(h.detach().float(), dim=1)
@@ -87,9 +102,7 @@ def client_walk(h: Tensor, neighbors_of: Tensor, summaries: Tensor, scales: Tens
     weight = torch.exp(-chord2 / (scale[:, None] * scale[cols])) * (cols != rows)
     graph = sp.csr_matrix((weight.flatten().numpy(), (rows.flatten().numpy(), cols.flatten().numpy())), shape=(n, n))
     m = min(links, len(summaries))
-    base = F.normalize(summaries.float(), dim=1)
-    chunks = [(unit[i:i + 4096] @ base.T).topk(m, dim=1) for i in range(0, n, 4096)]  # never all n x S at once
-    similarity, nearest = torch.cat([c.values for c in chunks]), torch.cat([c.indices for c in chunks])
+    similarity, nearest = (search or summary_links_search(summaries, links))(unit)  # never all n x S at once
     link_weight = torch.exp(-_chord2(similarity) / (scale[:, None] * scales.double()[nearest]))
     link_rows = np.repeat(np.arange(n), m)
     to_summaries = sp.csr_matrix((link_weight.flatten().numpy(), (link_rows, nearest.flatten().numpy())),

@@ -2,6 +2,7 @@
 each client's message is one mean per own group, and its labels find clusters that span clients."""
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
@@ -101,3 +102,23 @@ def test_a_client_without_groups_this_round_still_walks_to_the_summaries():
     summary_rows, sample_rows = walk_rows([*walks, guest], server, K, 0.1, 0.5, iterations=300, seed=0)
     labels = walk_labels(summary_rows, sample_rows, K, seed=0)
     assert normalized_mutual_info_score(truth[2], labels[2]) == 1.0
+
+
+def test_links_from_the_index_above_the_exact_size_are_a_samples_nearest_summaries(monkeypatch):
+    pytest.importorskip("faiss")
+    from fedclust.clustering import kmeans, two_level_walk
+
+    if kmeans.backend_in_use("cpu") != "faiss-cpu":
+        pytest.skip("the FAISS backend is not the one in use")
+    rows, truth, groups = _clients(num_clients=8, per_cluster=120, seed=4)
+    exact, server, summaries = _walks(rows, groups)
+    monkeypatch.setattr(two_level_walk, "EXACT_LINK_SUMMARIES", len(summaries) // 2)  # the inverted file now
+    indexed, _, _ = _walks(rows, groups)
+    for a, b in zip(exact, indexed):  # three tight clusters: the index finds each sample's nearest summaries
+        assert np.array_equal(a.links.indices, b.links.indices)
+        np.testing.assert_allclose(a.links.data, b.links.data, rtol=1e-4)
+    for walk in indexed:
+        assert (walk.links.getnnz(axis=1) == 3).all()
+    summary_rows, sample_rows = walk_rows(indexed, server, K, 0.1, 0.5, iterations=300, seed=0)
+    labels = walk_labels(summary_rows, sample_rows, K, seed=0)
+    assert normalized_mutual_info_score(torch.cat(truth), torch.cat(labels)) == 1.0

@@ -365,8 +365,8 @@ def test_the_walk_labels_every_client_from_its_own_groups_and_all_summaries(monk
     seen = {}
     real_walk = family.client_walk
 
-    def client_walk(h, neighbors_of, summaries, scales, groups, own, links):
-        walk = real_walk(h, neighbors_of, summaries, scales, groups, own, links)
+    def client_walk(h, neighbors_of, summaries, scales, groups, own, links, search=None):
+        walk = real_walk(h, neighbors_of, summaries, scales, groups, own, links, search)
         seen[len(seen)] = (len(h), groups.clone(), own.clone(), walk)
         return walk
 

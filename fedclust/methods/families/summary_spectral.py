@@ -36,7 +36,14 @@ from fedclust.clustering.label_history import remember_and_vote
 from fedclust.clustering.label_spreading import label_spreading
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.clustering.summaries import fixed_groups, group_summaries, label_by_summaries
-from fedclust.clustering.two_level_walk import client_walk, server_walk, summary_scales, walk_labels, walk_rows
+from fedclust.clustering.two_level_walk import (
+    client_walk,
+    server_walk,
+    summary_links_search,
+    summary_scales,
+    walk_labels,
+    walk_rows,
+)
 from fedclust.contract import ClientContext, ClientUpdate, FederatedMethod, RoundContext
 from fedclust.errors import ConfigError, NotFittedError
 from fedclust.seeding import int_seed
@@ -240,6 +247,7 @@ class SummarySpectral(FederatedMethod):
         summaries = self.summaries
         owners = self.summary_owners if self.summary_owners is not None else torch.full((len(summaries),), -1)
         scales = summary_scales(summaries, hp.neighbors)
+        search = summary_links_search(summaries, hp.walk_links)  # one index over the summaries, for every client
         walks, clients = [], []
         for cid, h in rows:
             own = (owners == cid).nonzero().squeeze(1)
@@ -248,7 +256,7 @@ class SummarySpectral(FederatedMethod):
                     and int(groups.min()) >= 0 and int(groups.max()) + 1 == len(own)):
                 own, groups = own[:0], torch.zeros(len(h), dtype=torch.long)
             neighbors_of = nearest_neighbors(h, hp.spread_neighbors)
-            walks.append(client_walk(h, neighbors_of, summaries, scales, groups, own, hp.walk_links))
+            walks.append(client_walk(h, neighbors_of, summaries, scales, groups, own, hp.walk_links, search))
             clients.append((cid, neighbors_of))
         seed = self.walk_seed
         summary_rows, sample_rows = walk_rows(walks, server_walk(summaries, hp.neighbors), self.num_clusters,
