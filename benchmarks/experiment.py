@@ -29,9 +29,9 @@ from fedclust.sweep import Point
 from .common import ROOT, as_number
 
 FINAL = ("nmi", "acc", "ari", "kappa", "purity")  # clustering/metrics.py's cluster_metrics
-# seconds: the rounds' sum; server_seconds / client_seconds: the median round's server step and one client's step
-FOLDER = ("rounds", "seconds", "seconds_per_round", "peak_memory_mb", "server_seconds", "client_seconds", "summaries",
-          "min_summary", "dp_epsilon", "commit", "stage2_mean", "stage2_std", "samples")  # stage2_*: see CURVE
+# seconds: the rounds' sum; server/client/eval_seconds: the median round's server step, client step, evaluation
+FOLDER = ("rounds", "seconds", "seconds_per_round", "peak_memory_mb", "server_seconds", "client_seconds",
+          "eval_seconds", "summaries", "min_summary", "dp_epsilon", "commit", "stage2_mean", "stage2_std", "samples")
 KEYS = {"title": str, "data": str, "notes": str, "overrides": dict, "grid": dict, "configs": list,
         "metrics": list, "settings": dict, "paper": list, "table": dict, "plot": dict, "curve": dict}
 REQUIRED = ("title", "data", "configs", "metrics", "table")

@@ -25,7 +25,7 @@ from .runner import state
 
 MARK = "<!-- written by `python -m benchmarks report`; edit the experiment's YAML, not this file -->"
 DIGITS = {"seconds_per_round": 1, "peak_memory_mb": 0, "rounds": 0, "server_seconds": 2, "client_seconds": 3,
-          "summaries": 0, "samples": 0}
+          "eval_seconds": 2, "summaries": 0, "samples": 0}
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
@@ -77,14 +77,14 @@ def _epsilon(folder: Path) -> float | None:
 
 
 def _steps(rows: list[dict]) -> dict[str, float | None]:
-    """The median round's server step and one client's step (the clients' seconds over their number), and the
-    summaries sent in the last round."""
-    server = [v for v in (as_number(r.get("server_seconds")) for r in rows) if v is not None]
-    client = [t / c for t, c in ((as_number(r.get("train_seconds")), as_number(r.get("clients"))) for r in rows)
-              if t is not None and c]
-    summaries = as_number(rows[-1].get("summaries")) if rows else None
-    return dict(server_seconds=statistics.median(server) if server else None,
-                client_seconds=statistics.median(client) if client else None, summaries=summaries)
+    """The median round's server step, evaluation (a round evaluated; FedSpectral's walk labels there) and one
+    client's step (the clients' seconds over their number), and the summaries sent in the last round."""
+    def median(values) -> float | None:
+        return statistics.median(found) if (found := [v for v in values if v]) else None
+    client = [t / c for t, c in ((as_number(r.get("train_seconds")), as_number(r.get("clients"))) for r in rows) if c]
+    return dict(server_seconds=median(as_number(r.get("server_seconds")) for r in rows), client_seconds=median(client),
+                eval_seconds=median(as_number(r.get("eval_seconds")) for r in rows),
+                summaries=as_number(rows[-1].get("summaries")) if rows else None)
 
 
 def curve_table(exp: Experiment, root: Path, rows: list[dict]) -> list[str]:
