@@ -81,7 +81,7 @@ def _steps(rows: list[dict]) -> dict[str, float | None]:
     client's step (the clients' seconds over their number), and the summaries sent in the last round."""
     def median(values) -> float | None:
         return statistics.median(found) if (found := [v for v in values if v]) else None
-    client = [t / c for t, c in ((as_number(r.get("train_seconds")), as_number(r.get("clients"))) for r in rows) if c]
+    client = [(as_number(r.get("train_seconds")) or 0) / c for r in rows if (c := as_number(r.get("clients")))]
     return dict(server_seconds=median(as_number(r.get("server_seconds")) for r in rows), client_seconds=median(client),
                 eval_seconds=median(as_number(r.get("eval_seconds")) for r in rows),
                 summaries=as_number(rows[-1].get("summaries")) if rows else None)
