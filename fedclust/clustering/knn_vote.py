@@ -25,7 +25,7 @@ def nearest_neighbors(x: Tensor, neighbors: int, chunk: int = 4096) -> Tensor:
     if unit.device.type == "cpu" and _faiss() is not None and backend_in_use("cpu") == "faiss-cpu":
         found = _faiss_search(unit, k)  # an IVF search that found fewer than k: the row itself stands in
         return torch.where(found < 0, torch.arange(len(found))[:, None].expand_as(found), found)
-    return torch.cat([(unit[s:s + chunk] @ unit.T).topk(k, dim=1).indices for s in range(0, len(x), chunk)])
+    return _exact_top(unit, unit, k, chunk)[1]
 
 
 def nearest_rows(queries: Tensor, base: Tensor, chunk: int = 4096) -> Tensor:
@@ -49,18 +49,11 @@ def similar_rows_search(base: Tensor, k: int, exact_rows: int = EXACT_SEARCH_ROW
     ``base``, trained once (16 of 4 sqrt(n) cells, at most n / 39, searched per query: a query costs about sqrt(n),
     not n), and a query it finds fewer than k rows for answered exactly."""
     def exact(queries: Tensor) -> tuple[Tensor, Tensor]:
-        found = [(queries[i:i + chunk] @ base.T).topk(k, dim=1) for i in range(0, len(queries), chunk)]
-        return torch.cat([f.values for f in found]), torch.cat([f.indices for f in found])
+        return _exact_top(queries, base, k, chunk)
 
-    faiss = _faiss()
-    if len(base) <= exact_rows or faiss is None or base.device.type != "cpu" or backend_in_use("cpu") != "faiss-cpu":
+    if len(base) <= exact_rows or _faiss() is None or base.device.type != "cpu" or backend_in_use("cpu") != "faiss-cpu":
         return exact
-    rows = np.ascontiguousarray(base.numpy())
-    cells = max(1, min(int(4 * len(rows) ** 0.5), len(rows) // 39))  # FAISS trains a cell on at least 39 rows
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(rows.shape[1]), rows.shape[1], cells, faiss.METRIC_INNER_PRODUCT)
-    index.train(rows)
-    index.add(rows)
-    index.nprobe = 16
+    index = _ivf_index(np.ascontiguousarray(base.numpy()))
 
     def approximate(queries: Tensor) -> tuple[Tensor, Tensor]:
         similarity, found = (torch.from_numpy(a) for a in index.search(np.ascontiguousarray(queries.numpy()), k))
@@ -76,18 +69,33 @@ def similar_rows_search(base: Tensor, k: int, exact_rows: int = EXACT_SEARCH_ROW
 def _faiss_search(unit: Tensor, k: int, queries: Tensor | None = None) -> Tensor:
     """The k most similar rows of ``unit`` to each query (default: to each row of ``unit`` itself); -1 where an IVF
     search found fewer than k."""
-    faiss = _faiss()
     rows = np.ascontiguousarray(unit.numpy())
-    n, d = rows.shape
-    if n <= EXACT_SEARCH_ROWS:
-        index = faiss.IndexFlatIP(d)
-    else:  # inverted lists over 4 sqrt(n) k-means cells, 16 of them searched per query
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, int(4 * n ** 0.5), faiss.METRIC_INNER_PRODUCT)
-        index.train(rows)
-        index.nprobe = 16
-    index.add(rows)
+    if len(rows) > EXACT_SEARCH_ROWS:
+        index = _ivf_index(rows)
+    else:
+        index = _faiss().IndexFlatIP(rows.shape[1])
+        index.add(rows)
     _, found = index.search(rows if queries is None else np.ascontiguousarray(queries.numpy()), k)
     return torch.from_numpy(found).long()
+
+
+def _ivf_index(rows: np.ndarray):
+    """A FAISS inverted-file index over unit ``rows`` (inner product), trained and filled: 4 sqrt(n) k-means cells
+    (at most n / 39, the fewest rows FAISS trains a cell on), 16 of them searched per query."""
+    faiss, (n, d) = _faiss(), rows.shape
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, max(1, min(int(4 * n ** 0.5), n // 39)),
+                               faiss.METRIC_INNER_PRODUCT)
+    index.train(rows)
+    index.add(rows)
+    index.nprobe = 16
+    return index
+
+
+def _exact_top(queries: Tensor, base: Tensor, k: int, chunk: int) -> tuple[Tensor, Tensor]:
+    """Exact top-k inner products (values, indices) of each query row with ``base``, ``chunk`` queries at a time so
+    memory is O(chunk * len(base))."""
+    found = [(queries[i:i + chunk] @ base.T).topk(k, dim=1) for i in range(0, len(queries), chunk)]
+    return torch.cat([f.values for f in found]), torch.cat([f.indices for f in found])
 
 
 def vote(labels: Tensor, neighbors_of: Tensor, num_labels: int | None = None) -> Tensor:
