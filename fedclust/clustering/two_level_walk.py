@@ -9,14 +9,14 @@ Perona, NIPS 2004). Spectral clustering of a random walk (Shi & Malik 2000; Meil
 leading k right eigenvectors: a sample is placed by its own client's fine structure and by where that structure leads
 among all clients' summaries, where labelling by the nearest summary sees one summary of 50 mixed samples.
 
-The eigenvectors come from a block power iteration whose messages are those of a federated run, simulated here
-client by client (`walk_rows`): the server broadcasts the summaries' rows; a client updates its samples' rows from
-its own graph and links (they never leave it) and sends, per group of its own, the mean of its members' rows (an
-aggregate of the group's samples, at least the floor) and the k x k Gram of its rows (an aggregate of all of them);
-the server orthonormalises every row with the summed Gram. Labels (`walk_labels`): the server k-means the summaries'
-rows and broadcasts the centres; a sample takes its nearest centre. Work and memory per step are linear in the
-samples (sparse n x (neighbours + links) matrices), never n x n; finding the links is exact against every summary
-up to EXACT_LINK_SUMMARIES of them and an inverted-file search above (`summary_links_search`).
+The eigenvectors come from a block power iteration whose messages are those of a federated run, simulated here for every
+client at once (`walk_rows`): the server broadcasts the summaries' rows; a client updates its samples' rows from its own
+graph and links (they never leave it) and sends, per group of its own, the mean of its members' rows (an aggregate of
+the group's samples, at least the floor) and the k x k Gram of its rows (an aggregate of all of them); the server
+orthonormalises every row with the summed Gram. Labels (`walk_labels`): the server k-means the summaries' rows and
+broadcasts the centres; a sample takes its nearest centre. Work and memory per step are linear in the samples (sparse n
+x (neighbours + links) matrices), never n x n; finding the links is exact against every summary up to
+EXACT_LINK_SUMMARIES of them and an inverted-file search above (`summary_links_search`).
 """
 
 from __future__ import annotations
@@ -124,26 +124,60 @@ def _orthonormalising(gram: np.ndarray) -> np.ndarray:
 def walk_rows(clients: list[ClientWalk], server: sp.csr_matrix, k: int, restart: float, server_share: float,
               iterations: int, seed: int = 0) -> tuple[Tensor, list[Tensor]]:
     """The leading k right eigenvectors of the walk by `iterations` block power steps: the summaries' rows (S, k)
-    and each client's samples' rows (n_c, k), float64. Each step is one exchange (module docstring)."""
+    and each client's samples' rows (n_c, k), float64. Each step is one exchange (module docstring).
+
+    Every client's step is taken at once on their stacked rows: a block-diagonal graph, stacked links and one
+    member matrix whose rows are the clients' own groups. Each client's rows still depend only on its own blocks
+    and each summary's on its own client's members, so the messages are those of the client-by-client exchange;
+    stacking is one sparse product per step instead of three per client (at 1,000 clients, 900,000 scipy calls
+    over 300 steps). The Gram is still summed client by client, in the same order."""
     rng = np.random.default_rng(seed)
     summary_rows = rng.standard_normal((server.shape[0], k))
-    sample_rows = [rng.standard_normal((c.local.shape[0], k)) for c in clients]
+    sizes = [c.local.shape[0] for c in clients]
+    samples = np.concatenate([rng.standard_normal((n, k)) for n in sizes]) if clients else np.zeros((0, k))
+    bounds = np.cumsum([0, *sizes])
+    local = _stacked([c.local for c in clients], bounds[:-1], int(bounds[-1]))  # block-diagonal
+    links = _stacked([c.links for c in clients], np.zeros(len(clients), dtype=np.int64), server.shape[0])
+    members = _placed(_stacked([c.members for c in clients], bounds[:-1], int(bounds[-1])),
+                      np.concatenate([c.own for c in clients]) if clients else np.zeros(0, dtype=np.int64),
+                      server.shape[0])
     owned = np.zeros(server.shape[0], dtype=bool)
     for c in clients:
         owned[c.own] = True
     share = np.where(owned, server_share, 1.0)[:, None]  # a summary no client claims walks on the server's graph
     for _ in range(iterations):
-        from_members = np.zeros_like(summary_rows)
-        for c, x in zip(clients, sample_rows):
-            from_members[c.own] = c.members @ x  # the client's message: one mean of its members per own group
-        sample_rows = [(1 - restart) * (c.local @ x) + restart * (c.links @ summary_rows)
-                       for c, x in zip(clients, sample_rows)]
+        from_members = members @ samples  # each client's message: one mean of its members per own group
+        samples = (1 - restart) * (local @ samples) + restart * (links @ summary_rows)
         summary_rows = share * (server @ summary_rows) + (1 - share) * from_members
-        gram = summary_rows.T @ summary_rows + sum(x.T @ x for x in sample_rows)  # each client's k x k, summed
+        gram = summary_rows.T @ summary_rows + sum(samples[a:b].T @ samples[a:b]  # each client's k x k, summed
+                                                   for a, b in zip(bounds[:-1], bounds[1:]))
         transform = _orthonormalising(gram)
         summary_rows = summary_rows @ transform
-        sample_rows = [x @ transform for x in sample_rows]
-    return torch.from_numpy(summary_rows), [torch.from_numpy(x) for x in sample_rows]
+        samples = samples @ transform
+    return torch.from_numpy(summary_rows), [torch.from_numpy(samples[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _stacked(blocks: list[sp.csr_matrix], column_offsets: np.ndarray, columns: int) -> sp.csr_matrix:
+    """The blocks' rows one after another, each block's columns shifted by its offset. Each row keeps its block's
+    entry order (scipy's block_diag re-sorts), so a product sums in the same order as the block's own product."""
+    if not blocks:
+        return sp.csr_matrix((0, columns))
+    starts = np.cumsum([0] + [b.nnz for b in blocks])
+    indptr = np.concatenate([[0]] + [b.indptr[1:] + start for b, start in zip(blocks, starts)])
+    indices = np.concatenate([b.indices.astype(np.int64) + offset for b, offset in zip(blocks, column_offsets)])
+    return sp.csr_matrix((np.concatenate([b.data for b in blocks]), indices, indptr),
+                         shape=(sum(b.shape[0] for b in blocks), columns))
+
+
+def _placed(rows: sp.csr_matrix, at: np.ndarray, height: int) -> sp.csr_matrix:
+    """A (height, columns) matrix whose row at[i] is row i of ``rows`` (entry order kept) and whose other rows are
+    empty: every client's group rows placed at the server's rows of those groups."""
+    order = np.argsort(at, kind="stable")
+    picked = rows[order]  # csr row indexing copies each row's entries in order
+    lengths = np.zeros(height, dtype=np.int64)
+    lengths[at[order]] = np.diff(picked.indptr)
+    return sp.csr_matrix((picked.data, picked.indices, np.concatenate([[0], np.cumsum(lengths)])),
+                         shape=(height, rows.shape[1]))
 
 
 def walk_labels(summary_rows: Tensor, sample_rows: list[Tensor], k: int, seed: int = 0) -> list[Tensor]:
