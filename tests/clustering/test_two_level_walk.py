@@ -83,6 +83,40 @@ def test_the_power_steps_find_the_walks_leading_eigenvectors():
     assert np.linalg.svd(exact.T @ found, compute_uv=False).min() > 0.999
 
 
+def _exchange_client_by_client(walks, server, k, restart, share, iterations, seed):
+    """The power steps as the federated exchange runs them, one client at a time (the reference for walk_rows)."""
+    rng = np.random.default_rng(seed)
+    summary_rows = rng.standard_normal((server.shape[0], k))
+    sample_rows = [rng.standard_normal((w.local.shape[0], k)) for w in walks]
+    owned = np.zeros(server.shape[0], dtype=bool)
+    owned[np.concatenate([w.own for w in walks])] = True
+    shares = np.where(owned, share, 1.0)[:, None]
+    for _ in range(iterations):
+        from_members = np.zeros_like(summary_rows)
+        for w, x in zip(walks, sample_rows):
+            from_members[w.own] = w.members @ x  # the client's message
+        sample_rows = [(1 - restart) * (w.local @ x) + restart * (w.links @ summary_rows)
+                       for w, x in zip(walks, sample_rows)]
+        summary_rows = shares * (server @ summary_rows) + (1 - shares) * from_members
+        gram = summary_rows.T @ summary_rows + sum(x.T @ x for x in sample_rows)
+        values, vectors = np.linalg.eigh(gram)
+        transform = vectors / np.sqrt(np.maximum(values, 1e-12 * max(values.max(), 1e-300)))
+        summary_rows, sample_rows = summary_rows @ transform, [x @ transform for x in sample_rows]
+    return summary_rows, sample_rows
+
+
+def test_the_stacked_steps_are_the_client_by_client_exchange_bit_for_bit():
+    rows, _, groups = _clients(num_clients=5, per_cluster=50, seed=5)
+    walks, server, summaries = _walks(rows[:4], groups[:4])
+    guest = client_walk(rows[4], nearest_neighbors(rows[4], 5), summaries, summary_scales(summaries, 3),
+                        torch.zeros(len(rows[4]), dtype=torch.long), torch.zeros(0, dtype=torch.long), 3)
+    walks = [walks[0], guest, *walks[1:]]  # a client without groups among the others
+    summary_rows, sample_rows = walk_rows(walks, server, K, 0.1, 0.5, iterations=50, seed=3)
+    expected_summaries, expected_samples = _exchange_client_by_client(walks, server, K, 0.1, 0.5, 50, seed=3)
+    assert np.array_equal(summary_rows.numpy(), expected_summaries)
+    assert all(np.array_equal(x.numpy(), y) for x, y in zip(sample_rows, expected_samples, strict=True))
+
+
 def test_labels_find_clusters_that_span_the_clients():
     rows, truth, groups = _clients(seed=2)
     walks, server, _ = _walks(rows, groups)
