@@ -138,12 +138,10 @@ def walk_rows(clients: list[ClientWalk], server: sp.csr_matrix, k: int, restart:
     bounds = np.cumsum([0, *sizes])
     local = _stacked([c.local for c in clients], bounds[:-1], int(bounds[-1]))  # block-diagonal
     links = _stacked([c.links for c in clients], np.zeros(len(clients), dtype=np.int64), server.shape[0])
-    members = _placed(_stacked([c.members for c in clients], bounds[:-1], int(bounds[-1])),
-                      np.concatenate([c.own for c in clients]) if clients else np.zeros(0, dtype=np.int64),
-                      server.shape[0])
+    own = np.concatenate([c.own for c in clients]) if clients else np.zeros(0, dtype=np.int64)
+    members = _placed(_stacked([c.members for c in clients], bounds[:-1], int(bounds[-1])), own, server.shape[0])
     owned = np.zeros(server.shape[0], dtype=bool)
-    for c in clients:
-        owned[c.own] = True
+    owned[own] = True
     share = np.where(owned, server_share, 1.0)[:, None]  # a summary no client claims walks on the server's graph
     for _ in range(iterations):
         from_members = members @ samples  # each client's message: one mean of its members per own group
@@ -171,7 +169,10 @@ def _stacked(blocks: list[sp.csr_matrix], column_offsets: np.ndarray, columns: i
 
 def _placed(rows: sp.csr_matrix, at: np.ndarray, height: int) -> sp.csr_matrix:
     """A (height, columns) matrix whose row at[i] is row i of ``rows`` (entry order kept) and whose other rows are
-    empty: every client's group rows placed at the server's rows of those groups."""
+    empty: every client's group rows placed at the server's rows of those groups. A summary is one client's group,
+    so ``at`` is distinct; a repeat would misalign every later row, hence the check."""
+    if len(np.unique(at)) != len(at):
+        raise ValueError("two clients claim the same summary row")
     order = np.argsort(at, kind="stable")
     picked = rows[order]  # csr row indexing copies each row's entries in order
     lengths = np.zeros(height, dtype=np.int64)
