@@ -24,7 +24,6 @@ Choices the paper leaves open (ours; what decided each: docs/findings/uifca.md):
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -36,13 +35,13 @@ from fedclust.clustering.kfed import central_kfed_starts, local_kfed_starts
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
 from fedclust.data.transforms import dequantize
 from fedclust.errors import ConfigError
-from fedclust.nn.affine_stack import batch_nll, shares_stack, stack_parameters, stacked_log_probs
-from fedclust.nn.flows import AffineFlow, PlanarFlow, RealNVP, stack_log_prob
+from fedclust.nn.affine_stack import batch_nll, shares_stack, stack_parameters
+from fedclust.nn.flow_starts import flow_starts, log_probs, member_batches, membership, redraw_, score_and_assign
+from fedclust.nn.flows import AffineFlow, PlanarFlow, RealNVP
 from fedclust.nn.optim import CpuAdam
 from fedclust.seeding import SERVER, generator, int_seed
 
 FLOWS = ("affine", "affine_triangular", "planar", "realnvp")
-SCORE_LIMIT = 1e30  # totals clamped to +-this: a diverged start must not make its client's update non-finite
 
 
 class UIFCA(FederatedMethod):
@@ -117,7 +116,8 @@ class UIFCA(FederatedMethod):
         super().build(info)
         self._is_image, self._info = info.is_image, info
         self._affine = self.hparams.flow in ("affine", "affine_triangular")
-        self.flows = nn.ModuleList([flow for _ in range(self.hparams.restarts) for flow in self._perturbed_copies()])
+        self.flows = flow_starts(lambda: self._make_flow(info), self.num_clusters, self.hparams.restarts,
+                                 self.hparams.init_noise)  # flow j: start j // K's model j % K
 
     def _make_flow(self, info: DataInfo) -> nn.Module:
         hp = self.hparams
@@ -127,20 +127,6 @@ class UIFCA(FederatedMethod):
         if hp.flow == "planar":
             return PlanarFlow(info.num_features)
         return AffineFlow(info.num_features, triangular=hp.flow == "affine_triangular")
-
-    def _perturbed_copies(self) -> list[nn.Module]:
-        """One start's K models: one random model, each copy plus small noise, so no model starts with a much lower
-        loss (the paper's synthetic set-up). Drawn from torch's global RNG, which the run seeds once."""
-        first = self._make_flow(self._info)
-        copies = [first] + [copy.deepcopy(first) for _ in range(self.num_clusters - 1)]
-        self._perturb(copies)
-        return copies
-
-    @torch.no_grad()
-    def _perturb(self, flows: list[nn.Module]) -> None:
-        for flow in flows:
-            for p in flow.parameters():
-                p.add_(self.hparams.init_noise * torch.randn(p.shape).to(p))
 
     def _start(self, r: int) -> slice:
         """Start r's K flows in self.flows."""
@@ -173,12 +159,8 @@ class UIFCA(FederatedMethod):
         if self.hparams.reinit_models and ctx.stage.name == "uifca" and ctx.round % tau == 0 and ctx.round:
             with torch.random.fork_rng(devices=[]):  # a seeded draw that leaves the global RNG alone
                 torch.manual_seed(int_seed(ctx.seed, "reinit", ctx.stage_index, ctx.round))
-                for r in range(self.hparams.restarts):
-                    fresh = self._make_flow(self._info).to(self.device)
-                    flows = list(self.flows[self._start(r)])
-                    for flow in flows:
-                        flow.load_state_dict(fresh.state_dict())
-                    self._perturb(flows)
+                redraw_(self.flows, lambda: self._make_flow(self._info).to(self.device), self.num_clusters,
+                        self.hparams.init_noise)
 
     def aggregate(self, averaged: dict[str, Tensor] | None, updates: list[ClientUpdate],
                   ctx: RoundContext) -> None:
@@ -237,7 +219,7 @@ class UIFCA(FederatedMethod):
             self._scores, by_models = self._score_and_assign(self._x)
             ctx.state["assignment"] = self._initial_assignment(ctx, by_models) if t == 0 else by_models
             ctx.state["cluster_round"] = t
-        self._members = self._membership(ctx.state["assignment"])
+        self._members = membership(ctx.state["assignment"], self.num_clusters)
         if self.start_fixed:  # the server broadcast which start continues: the others' flows train no more
             self._members[:self._start(self.best_restart).start] = False
             self._members[self._start(self.best_restart).stop:] = False
@@ -257,36 +239,19 @@ class UIFCA(FederatedMethod):
             return first
         return by_models
 
-    @torch.no_grad()
     def _score_and_assign(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Per start, the sum over x of its best model's log-likelihood (R,) and each sample's best model (R, n)."""
         self.eval()
-        best, choice = [], []
-        for chunk in x.split(1024):
-            values, index = self._log_probs(chunk).unflatten(0, (self.hparams.restarts, -1)).max(1)
-            best.append(values.double().sum(1))
-            choice.append(index.cpu())
-        totals = torch.stack(best).sum(0).nan_to_num(nan=-SCORE_LIMIT).clamp(-SCORE_LIMIT, SCORE_LIMIT)
-        return totals, torch.cat(choice, 1)
-
-    def _membership(self, assignment: Tensor) -> Tensor:
-        """(K * R, n) bool: sample b is in flow j's cluster set (flow j = start j // K, model j % K)."""
-        labels = assignment + self.num_clusters * torch.arange(len(assignment))[:, None]
-        return nn.functional.one_hot(labels, len(self.flows)).sum(0).T.bool()
+        return score_and_assign(self.flows, x, self.hparams.restarts)
 
     def client_batches(self, ctx: ClientContext, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
         """M steps; a step gives every flow j with samples the next N samples of a random order of S_{i,j}
         (Algorithm 4's random subset, drawn without replacement within the round), as (x (J', N, ...), weights
         (J', N)) over those J' flows (self._active): each flow's weights sum to 1 (its batch mean), 0 on padding."""
-        g = ctx.generator(f"steps-{epoch}", device="cpu")
-        members = self._members[self._active]
-        counts = members.sum(1)
-        order = torch.rand(members.shape, generator=g).masked_fill_(~members, 2.0).argsort(1)  # members first
-        width, steps = min(self.batch_size, members.shape[1]), self.hparams.local_steps
-        offsets = torch.arange(steps * width).view(steps, 1, width)
-        picks = order.expand(steps, -1, -1).gather(2, offsets % counts[:, None]).to(self._x.device)  # (M, J', N)
-        weights = ((offsets[0] < counts[:, None]) / counts.clamp_max(width)[:, None]).to(self._x.device)
-        for step in range(steps):
+        picks, weights = member_batches(self._members[self._active], self.batch_size, self.hparams.local_steps,
+                                        ctx.generator(f"steps-{epoch}", device="cpu"))
+        picks, weights = picks.to(self._x.device), weights.to(self._x.device)  # (M, J', N), (J', N)
+        for step in range(len(picks)):
             yield self._x[picks[step]], weights
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
@@ -322,11 +287,7 @@ class UIFCA(FederatedMethod):
         return {f"flows.{j}.": float(n) for j, n in enumerate(self._members.sum(1).tolist())}
 
     # --- evaluation ----------------------------------------------------------------------------------
-    def _log_probs(self, x: Tensor) -> Tensor:
-        """log p_j(x_b) for every flow j, (K * R, B)."""
-        return (stacked_log_probs if self._affine else stack_log_prob)(self.flows, x.float())
-
     @torch.no_grad()
     def assign(self, x: Tensor) -> Tensor:
         """The cluster of the kept start's model with the highest likelihood (lowest loss)."""
-        return self._log_probs(x)[self._start(self.best_restart)].argmax(0)
+        return log_probs(self.flows, x)[self._start(self.best_restart)].argmax(0)

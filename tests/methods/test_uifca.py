@@ -10,6 +10,7 @@ from fedclust.errors import ConfigError
 from fedclust.federation.config import FederationConfig
 from fedclust.methods import UIFCA
 from fedclust.nn.affine_stack import AffineBatchNLL, affine_log_probs
+from fedclust.nn.flow_starts import log_probs
 from fedclust.nn.flows import AffineFlow
 from fedclust.run_folder import CHECKPOINT
 from tests.helpers.tiny import build, interrupted_after_round, tiny_uifca
@@ -126,7 +127,7 @@ def every_start_total(orch) -> torch.Tensor:
     """Per start, the sum over every client's samples of its best model's log-likelihood, from the final models."""
     x = torch.cat([orch.data.client(c, 32).all_x() for c in range(orch.data.num_clients)])
     method = orch.method
-    return method._log_probs(x).unflatten(0, (method.hparams.restarts, -1)).max(1).values.double().sum(1)
+    return log_probs(method.flows, x).unflatten(0, (method.hparams.restarts, -1)).max(1).values.double().sum(1)
 
 
 def test_the_kept_start_has_the_highest_total_log_likelihood_of_the_final_models(server_inputs):
@@ -148,7 +149,7 @@ def test_predict_uses_the_kept_start():
     method, x = orch.method, orch.data.client(0, 32).all_x()
     for start in range(3):
         method.best_restart = start
-        assert torch.equal(method.assign(x), method._log_probs(x)[2 * start:2 * start + 2].argmax(0))
+        assert torch.equal(method.assign(x), log_probs(method.flows, x)[2 * start:2 * start + 2].argmax(0))
 
 
 def test_no_label_reaches_training_or_the_choice_of_start():
