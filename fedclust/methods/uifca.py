@@ -36,7 +36,16 @@ from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMe
 from fedclust.data.transforms import dequantize
 from fedclust.errors import ConfigError
 from fedclust.nn.affine_stack import batch_nll, shares_stack, stack_parameters
-from fedclust.nn.flow_starts import flow_starts, log_probs, member_batches, membership, redraw_, score_and_assign
+from fedclust.nn.flow_starts import (
+    flow_starts,
+    is_affine,
+    log_probs,
+    member_batches,
+    membership,
+    redraw_,
+    score_and_assign,
+    start_slice,
+)
 from fedclust.nn.flows import AffineFlow, PlanarFlow, RealNVP
 from fedclust.nn.optim import CpuAdam
 from fedclust.seeding import SERVER, generator, int_seed
@@ -115,9 +124,9 @@ class UIFCA(FederatedMethod):
     def build(self, info: DataInfo) -> None:
         super().build(info)
         self._is_image, self._info = info.is_image, info
-        self._affine = self.hparams.flow in ("affine", "affine_triangular")
         self.flows = flow_starts(lambda: self._make_flow(info), self.num_clusters, self.hparams.restarts,
                                  self.hparams.init_noise)  # flow j: start j // K's model j % K
+        self._affine = is_affine(self.flows)
 
     def _make_flow(self, info: DataInfo) -> nn.Module:
         hp = self.hparams
@@ -129,8 +138,7 @@ class UIFCA(FederatedMethod):
         return AffineFlow(info.num_features, triangular=hp.flow == "affine_triangular")
 
     def _start(self, r: int) -> slice:
-        """Start r's K flows in self.flows."""
-        return slice(r * self.num_clusters, (r + 1) * self.num_clusters)
+        return start_slice(r, self.num_clusters)
 
     def stages(self) -> list[Stage]:
         hp = self.hparams

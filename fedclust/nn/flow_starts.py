@@ -32,6 +32,16 @@ def flow_starts(make_flow: Callable[[], nn.Module], num_models: int, restarts: i
     return flows
 
 
+def start_slice(r: int, num_models: int) -> slice:
+    """Start r's K flows in the set."""
+    return slice(r * num_models, (r + 1) * num_models)
+
+
+def is_affine(flows: Sequence[nn.Module]) -> bool:
+    """Affine flows are scored and trained stacked (fedclust/nn/affine_stack.py)."""
+    return isinstance(flows[0], AffineFlow)
+
+
 @torch.no_grad()
 def perturb_(flows: Sequence[nn.Module], init_noise: float) -> None:
     for flow in flows:
@@ -43,7 +53,7 @@ def perturb_(flows: Sequence[nn.Module], init_noise: float) -> None:
 def redraw_(flows: nn.ModuleList, make_flow: Callable[[], nn.Module], num_models: int, init_noise: float) -> None:
     """Every start's K models drawn again in place: one fresh flow per start loaded into each copy, then perturbed."""
     for start in range(len(flows) // num_models):
-        fresh, copies = make_flow(), list(flows[start * num_models:(start + 1) * num_models])
+        fresh, copies = make_flow(), list(flows[start_slice(start, num_models)])
         for flow in copies:
             flow.load_state_dict(fresh.state_dict())
         perturb_(copies, init_noise)
@@ -51,7 +61,7 @@ def redraw_(flows: nn.ModuleList, make_flow: Callable[[], nn.Module], num_models
 
 def log_probs(flows: Sequence[nn.Module], x: Tensor) -> Tensor:
     """log p_j(x_b) for every flow j, (J, B); affine flows all at once (fedclust/nn/affine_stack.py)."""
-    return (stacked_log_probs if isinstance(flows[0], AffineFlow) else stack_log_prob)(flows, x.float())
+    return (stacked_log_probs if is_affine(flows) else stack_log_prob)(flows, x.float())
 
 
 @torch.no_grad()
