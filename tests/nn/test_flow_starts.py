@@ -3,11 +3,13 @@ import torch
 from fedclust.nn.flow_starts import (
     SCORE_LIMIT,
     flow_starts,
+    is_affine,
     log_probs,
     member_batches,
     membership,
     redraw_,
     score_and_assign,
+    start_slice,
 )
 from fedclust.nn.flows import AffineFlow, PlanarFlow
 
@@ -20,6 +22,13 @@ def test_each_start_is_one_flow_and_its_perturbed_copies():
         a, b = (flows[2 * start + k].weight.detach() for k in range(2))
         assert 0 < (a - b).abs().max() < 0.05  # copies of one draw, apart by the noise only
     assert (flows[0].weight - flows[2].weight).abs().max() > 0.05  # starts are independent draws
+
+
+def test_start_slice_names_each_starts_own_models_and_is_affine_tells_the_stacked_kind():
+    flows = flow_starts(lambda: AffineFlow(3, triangular=True), num_models=2, restarts=3, init_noise=0.01)
+    assert [list(range(6))[start_slice(r, 2)] for r in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    assert is_affine(flows)  # the triangular kind trains stacked too
+    assert not is_affine(flow_starts(lambda: PlanarFlow(2), num_models=2, restarts=1, init_noise=0.0))
 
 
 def test_redraw_replaces_every_start_with_fresh_perturbed_copies():
