@@ -40,7 +40,7 @@ def test_realnvp_on_rotated_images_smoke(run_fit):
     assert 0 <= run_fit(method, data=data)["purity"] <= 1
 
 
-def test_each_model_is_averaged_with_the_clients_counts_of_its_samples():
+def test_each_model_is_averaged_with_the_clients_counts_of_its_samples(monkeypatch):
     orch = build(tiny_uifca(init="random"), data_cfg=small_gaussian(p=0.5))
     seen = []
     real = UIFCA.aggregation_weights
@@ -50,11 +50,8 @@ def test_each_model_is_averaged_with_the_clients_counts_of_its_samples():
         seen.append((ctx.state["assignment"][0].bincount(minlength=2).tolist(), weights))
         return weights
 
-    UIFCA.aggregation_weights = spy
-    try:
-        orch.run()
-    finally:
-        UIFCA.aggregation_weights = real
+    monkeypatch.setattr(UIFCA, "aggregation_weights", spy)
+    orch.run()
     for counts, weights in seen:
         assert weights == {"flows.0.": counts[0], "flows.1.": counts[1]}
         assert sum(counts) == 200  # each client holds 200 of the 400 points
@@ -66,7 +63,7 @@ def test_recovers_separated_gaussians():
     assert orch.run()["purity"] == 1.0
 
 
-def test_assignment_is_kept_within_a_cluster_round_and_redone_after():
+def test_assignment_is_kept_within_a_cluster_round_and_redone_after(monkeypatch):
     method = tiny_uifca(cluster_rounds=2, communication_rounds=2, init="random")
     orch = build(method, data_cfg=small_gaussian(p=0.5))
     history = []
@@ -77,11 +74,8 @@ def test_assignment_is_kept_within_a_cluster_round_and_redone_after():
         if ctx.client_id == 0:
             history.append((ctx.state["cluster_round"], ctx.state["assignment"].clone()))
 
-    UIFCA.on_client_start = spy
-    try:
-        orch.run()
-    finally:
-        UIFCA.on_client_start = real
+    monkeypatch.setattr(UIFCA, "on_client_start", spy)
+    orch.run()
     assert [t for t, _ in history] == [0, 0, 1, 1]
     assert torch.equal(history[0][1], history[1][1]) and torch.equal(history[2][1], history[3][1])
 
@@ -235,7 +229,7 @@ def test_the_optimizer_steps_the_flows_own_weights():
     assert {k.split(".")[1] for k in moved} == {str(j) for j in range(6)}  # every flow of every start trained
 
 
-def test_after_restart_rounds_the_kept_start_alone_trains_on():
+def test_after_restart_rounds_the_kept_start_alone_trains_on(monkeypatch):
     orch = build(restarting(restart_rounds=1, cluster_rounds=3), data_cfg=small_gaussian(p=0.5))
     assert [s.name for s in orch.stages] == ["uifca"]  # chosen during training: no scoring round at the end
     seen = []
@@ -246,11 +240,8 @@ def test_after_restart_rounds_the_kept_start_alone_trains_on():
         seen.append((ctx.round, self.best_restart, weights))
         return weights
 
-    UIFCA.aggregation_weights = spy
-    try:
-        orch.run()
-    finally:
-        UIFCA.aggregation_weights = real
+    monkeypatch.setattr(UIFCA, "aggregation_weights", spy)
+    orch.run()
     assert orch.method.start_fixed
     for rnd, kept, weights in seen:
         trained = {int(key.split(".")[1]) // 2 for key, n in weights.items() if n}
