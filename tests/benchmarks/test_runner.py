@@ -70,6 +70,17 @@ def test_report_shows_partial_results_with_their_state_and_commit(tiny):
     assert "\n\nEach run as packaged.\n\nThe history.\n\n" in text  # the notes' paragraphs, each on its own
 
 
+def test_a_pending_point_whose_stopped_folder_was_removed_shows_no_commit(tiny):
+    exp, root, results = tiny
+    stopped = exp.runs[0]
+    _fake_run(root, stopped, final=False)
+    shutil.rmtree(root / stopped.point.name)  # stopped as it started, its folder removed: its start record stays
+    assert state(root, stopped) == "pending"
+    report(exp, root, results, "python -m benchmarks report tiny")
+    row = next(csv.DictReader((results / "tiny.csv").open()))
+    assert row["state"] == "pending" and row["commit"] == row["nmi"] == ""
+
+
 def test_a_damaged_start_record_makes_the_folder_stale_not_a_crash(tiny):
     exp, root, _ = tiny
     _fake_run(root, exp.runs[0])
