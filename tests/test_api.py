@@ -169,6 +169,8 @@ BAD_FITS = [
      "given as an object"),
     (lambda d: fedclust.fit("quickstart", rundir=d), "closest: run_dir"),
     (lambda d: fedclust.fit(method=KFED(k_local=0), data=tiny_data(), runs_dir=d), "k_local = 0"),
+    (lambda d: fedclust.fit("quickstart", {"method.init_args.local_epochs": -1}, runs_dir=d),
+     "method.init_args.local_epochs = -1 is not valid: an integer >= 0"),
     (lambda d: fedclust.fit(resume=f"{d}/nothing"), "a run folder written by fedclust fit"),
 ]
 

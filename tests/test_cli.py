@@ -154,6 +154,8 @@ def test_typos_name_the_nearest_valid_choice(tmp_path, capsys, args, needle):
     (["--method.init_args.projector_hidden", "-3"], "method.init_args.projector_hidden = -3"),
     (["--method.init_args.batch_size", "1"], "method.init_args.batch_size = 1"),
     (["--method.init_args.num_clusters", "0"], "method.init_args.num_clusters = 0"),
+    (["--method.init_args.resize", "-1"], "method.init_args.resize = -1 is not valid: a positive integer"),
+    (["--method.init_args.pretrain_rounds", "-1"], "pretrain_rounds = -1 is not valid: an integer >= 0"),
     (["--method.init_args.num_clusters", "500"], "smallest client"),
     (["--fabric.accelerator", "cuda"], "fabric.accelerator"),
 ])

@@ -1,6 +1,6 @@
 """What no method can work with, whatever its maths, judged on its init arguments (name -> value): non-finite
-numbers, sizes below 1, learning rates at or below 0, mini-batches of one sample (BatchNorm cannot train on
-them); and more clusters than the data (or a client, for methods that cluster locally) has samples.
+numbers, negative counts, sizes below 1, learning rates at or below 0, mini-batches of one sample (BatchNorm
+cannot train on them); and more clusters than the data (or a client, for methods that cluster locally) has samples.
 
 Torch-free, so fedclust.precheck applies the same rules to the init arguments a command line gives before
 torch is imported (the cluster counts on a known data set's sizes, fedclust/data/catalog.py);
@@ -15,7 +15,11 @@ from collections.abc import Mapping
 
 from fedclust.errors import ConfigError
 
-SIZE_KEYS = re.compile(r"(_dim|hidden|^num_clusters|^k_local|niter|redo|^n_init|^batch_size)$")
+# Integers that must be >= 1. Other integer arguments must be >= 0 (counts, indices, seeds): 0 is a valid
+# "none" there (FedMCC's representation_rounds: 0, FFCM's cycle_window: 0), a negative number never is.
+SIZE_KEYS = re.compile(r"(_dim|hidden|channels|^num_clusters|couplings|k_local|iter|iterations|redo|^n_init|batch_size"
+                       r"|^rounds|^restarts|resize|dilation|per_client|per_epoch|n_critic"
+                       r"|hog_cell|walk_links)$")
 
 
 def check_init_args(args: Mapping[str, object]) -> None:
@@ -29,6 +33,8 @@ def check_init_args(args: Mapping[str, object]) -> None:
             continue
         if SIZE_KEYS.search(key) and value < 1:
             raise ConfigError(name, value, "a positive integer")
+        if isinstance(value, int) and value < 0:
+            raise ConfigError(name, value, "an integer >= 0")
         if (key == "lr" or key.startswith("lr_") or key.endswith("_lr")) and value <= 0:
             raise ConfigError(name, value, "a positive learning rate")
     check_batch_size(args.get("batch_size"))
