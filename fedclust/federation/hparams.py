@@ -1,6 +1,7 @@
 """What no method can work with, whatever its maths, judged on its init arguments (name -> value): non-finite
-numbers, negative counts, sizes below 1, learning rates at or below 0, mini-batches of one sample (BatchNorm
-cannot train on them); and more clusters than the data (or a client, for methods that cluster locally) has samples.
+numbers, negative counts, sizes below 1, learning rates at or below 0, negative weights, tolerances and noise,
+temperatures at or below 0, fuzzifiers at or below 1, mini-batches of one sample (BatchNorm cannot train on
+them); and more clusters than the data (or a client, for methods that cluster locally) has samples.
 
 Torch-free, so fedclust.precheck applies the same rules to the init arguments a command line gives before
 torch is imported (the cluster counts on a known data set's sizes, fedclust/data/catalog.py);
@@ -15,11 +16,21 @@ from collections.abc import Mapping
 
 from fedclust.errors import ConfigError
 
-# Integers that must be >= 1. Other integer arguments must be >= 0 (counts, indices, seeds): 0 is a valid
-# "none" there (FedMCC's representation_rounds: 0, FFCM's cycle_window: 0), a negative number never is.
+# Integers that must be >= 1, and counts that must be >= 0: 0 is a valid "none" there (FedMCC's
+# representation_rounds: 0, FFCM's cycle_window: 0), a negative number never is. By name, whichever method has them.
 SIZE_KEYS = re.compile(r"(_dim|hidden|channels|^num_clusters|couplings|k_local|iter|iterations|redo|^n_init|batch_size"
-                       r"|^rounds|^restarts|resize|dilation|per_client|per_epoch|n_critic"
-                       r"|hog_cell|walk_links)$")
+                       r"|^rounds|^restarts|resize|dilation|per_client|per_epoch|n_critic|chunk|hog_cell|walk_links)$")
+COUNT_KEYS = re.compile(r"(rounds|epochs|steps|window|after|neighbors|positives|vote|blocks|seed)$")
+
+# Real-valued arguments by the kind their name says, whichever method has them: (name, valid, what is valid).
+NUMBER_RULES = [
+    (re.compile(r"temperature$"), lambda v: v > 0, "a positive number"),
+    (re.compile(r"_m$"), lambda v: v > 1, "a fuzzifier greater than 1"),  # SDA-FC's fcm_m (FCM's m: its own)
+    (re.compile(r"ema_decay$"), lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    (re.compile(r"^lr_decay$"), lambda v: v > 0, "a positive factor"),
+    (re.compile(r"(weight|weight_decay|^lam|jitter|^beta_\w+|noise_std|init_noise|momentum|tol|color_strength)$"),
+     lambda v: v >= 0, "a number >= 0"),
+]
 
 
 def check_init_args(args: Mapping[str, object]) -> None:
@@ -33,10 +44,13 @@ def check_init_args(args: Mapping[str, object]) -> None:
             continue
         if SIZE_KEYS.search(key) and value < 1:
             raise ConfigError(name, value, "a positive integer")
-        if isinstance(value, int) and value < 0:
-            raise ConfigError(name, value, "an integer >= 0")
-        if (key == "lr" or key.startswith("lr_") or key.endswith("_lr")) and value <= 0:
+        if (key == "lr" or key.startswith("lr_") and key != "lr_decay" or key.endswith("_lr")) and value <= 0:
             raise ConfigError(name, value, "a positive learning rate")
+        for pattern, valid, what in NUMBER_RULES:
+            if pattern.search(key) and not valid(value):
+                raise ConfigError(name, value, what)
+        if COUNT_KEYS.search(key) and value < 0:
+            raise ConfigError(name, value, "an integer >= 0")
     check_batch_size(args.get("batch_size"))
 
 
