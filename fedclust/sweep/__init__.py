@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import queue
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -118,10 +119,11 @@ def sweep(config: str, grid: list[str] | None = None, sweep_dir: str | None = No
 
 def run_points(root: Path, points: list[Point], slots: int = 1, devices: list[int] | None = None,
                threads: int | None = None,
-               group: str | None = None, dry_run: bool = False, record: dict | None = None) -> list[dict]:
+               group: str | None = None, dry_run: bool = False,
+               record: Callable[[], dict] | None = None) -> list[dict]:
     """The sweep's queue over points already checked: ROOT/<name> per point, done ones skipped, checkpointed
-    ones resumed, stale ones set aside (the benchmarks runner shares it). `record` is kept beside the
-    fingerprint of every point started afresh (ROOT/.points/<name>.json), e.g. the git commit it ran at."""
+    ones resumed, stale ones set aside (the benchmarks runner shares it). `record()` is called as each point
+    starts afresh and kept beside its fingerprint (ROOT/.points/<name>.json), e.g. the git commit it ran at."""
     if slots < 1:
         raise ConfigError("slots", slots, "a positive number of parallel runs")
     slot_envs = _slot_envs(slots, devices, threads)

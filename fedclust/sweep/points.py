@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def check(point: Point) -> None:
 
 
 def run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, console: Console,
-               record: dict | None = None) -> None:
+               record: Callable[[], dict] | None = None) -> None:
     folder = root / point.name
     log = root / "logs" / f"{point.name}.log"
     log.parent.mkdir(exist_ok=True)
@@ -105,7 +106,9 @@ def run_point(root: Path, point: Point, slot_env: dict[str, str], group: str, co
                 n += 1
             folder.rename(folder.with_name(f"{folder.name}.incomplete-{n}"))
         target = ["--config", point.config, "--run_dir", str(folder), *point.argv()]
-        _fingerprint_file(root, point).write_text(json.dumps({"fingerprint": fingerprint(point), **(record or {})}))
+        # the record is made now, not when the queue began: a long queue outlives commits and days
+        fields = record() if record else {}
+        _fingerprint_file(root, point).write_text(json.dumps({"fingerprint": fingerprint(point), **fields}))
         console.print(f"[cyan]start[/] {point.name}")
     cmd = [sys.executable, "-m", "fedclust", "fit", *target, "--progress", "false", "--group", group,
            "--name", point.name]

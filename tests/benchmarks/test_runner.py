@@ -121,8 +121,19 @@ def test_run_skips_done_points_and_records_the_commit_of_the_others(tiny, monkey
     runs = run(exp, root, "python -m benchmarks run tiny --only k-FED", slots=2, only=["k-FED"], nice=0)
     assert [r["status"] for r in runs] == ["done"] * 4
     assert sorted(started) == [r.point.name for r in exp.runs[1:]]  # the done point is not run again
-    record = started[exp.runs[1].point.name]
+    record = started[exp.runs[1].point.name]()  # made as the point starts
     assert record["commit"] == git_commit() and record["command"].endswith("--only k-FED")
+
+
+def test_each_point_records_the_commit_and_time_it_starts_at(tiny, monkeypatch):
+    """A queue that outlives a commit: the point started after it records the new commit, not the queue's first."""
+    exp, root, _ = tiny
+    commits = iter(["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc", "dddddddddddd"])
+    monkeypatch.setattr("benchmarks.runner.git_commit", lambda: next(commits))
+    monkeypatch.setattr(sweep_points, "_run_fit", lambda cmd, env, out: 0)  # the fit itself: not run here
+    run(exp, root, "python -m benchmarks run tiny", slots=1, nice=0)
+    recorded = [sweep_points.start_record(root, r.point)["commit"] for r in exp.runs]
+    assert recorded == ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc", "dddddddddddd"]
 
 
 def test_list_and_an_unknown_label(tiny, capsys):
