@@ -91,8 +91,6 @@ def run(exp: Experiment, root: Path, command: str, slots: int = 1, only: list[st
         check(item.point)
     if nice:
         os.nice(nice)
-    def record() -> dict:  # as each point starts: the commit and time it starts at
-        return {"commit": git_commit(), "command": command, "machine": machine(date=False), "started": now()}
-
     return run_points(root, [r.point for r in runs], slots, devices, threads=threads, group=f"benchmarks-{exp.name}",
-                      record=record)
+                      record=lambda: {"commit": git_commit(), "command": command, "machine": machine(date=False),
+                                      "started": now()})  # made as each point starts: its commit and time

@@ -180,7 +180,7 @@ VALID = [  # (argv, verdict): each accepted by the real parser; "aside" = left t
     (["fit", "--method", "CCFC", "--method.init_args.lam", "3"], "passed"),
     (["fit", "--config", "ccfc_digits", "--data", '{"p": 0.5}'], "passed"),
     (["fit", "--config", "ccfc_digits", "--data.p", "1e-5", "--data.alpha", "-3"], "passed"),
-    (["fit", "--config", "ccfc_digits", "--method.init_args.lam=-1e-3"], "passed"),  # lr=-1e-3: test_precheck_checks
+    (["fit", "--config", "ccfc_digits", "--data.alpha=-3e-3"], "passed"),  # lam=-1e-3: test_hparams refuses it
     (["fit", "--config", "ccfc_digits", "--progress", "yes", "--embedding_plot=false"], "passed"),
     (["fit", "--config", "ccfc_digits", "--name", "3", "--group", "null"], "passed"),
     (["fit", "--config", "ccfc_digits", "--data.partition", "iid", "--data.num_clients", "1_000", "--seed", "0x10"],
