@@ -118,7 +118,7 @@ def collect(exp: Experiment, root: Path, kept: dict[str, dict[str, str]] | None 
             if found and (exp.curve or {}).get("stage2"):  # the stage's level (None until all its rounds are in)
                 level = rounds_level(metric_by_round(root / run.point.name, exp.curve["metric"]), *exp.curve["stage2"])
                 found.update(zip(("stage2_mean", "stage2_std"), level or (None, None)))
-            started = start_record(root, run.point) if status not in ("stale", "pending") else {}  # not its run
+            started = start_record(root, run.point) if status not in ("stale", "pending") else {}  # no run here
         row = {"label": run.label, **{k: setting(run.point, k) for k in ("data.name", "seed")}, **run.values,
                "state": "done" if status == "archived" else status, "archived": status == "archived",
                "run": run.point.name, "fingerprint": fingerprint(run.point) if status in ("done", "archived") else "",

@@ -16,18 +16,20 @@ from collections.abc import Mapping
 
 from fedclust.errors import ConfigError
 
-# Integers that must be >= 1, and counts that must be >= 0: 0 is a valid "none" there (FedMCC's
-# representation_rounds: 0, FFCM's cycle_window: 0), a negative number never is. By name, whichever method has them.
-SIZE_KEYS = re.compile(r"(_dim|hidden|channels|^num_clusters|couplings|k_local|iter|iterations|redo|^n_init|batch_size"
-                       r"|^rounds|^restarts|resize|dilation|per_client|per_epoch|n_critic|chunk|hog_cell|walk_links)$")
-COUNT_KEYS = re.compile(r"(rounds|epochs|steps|window|after|neighbors|positives|vote|blocks|seed)$")
-
-# Real-valued arguments by the kind their name says, whichever method has them: (name, valid, what is valid).
-NUMBER_RULES = [
+# By name, whichever method has the argument: (name pattern, whether a value is valid, what is valid). A number is
+# judged by every rule whose pattern its name matches. Counts may be 0, a valid "none" there (FedMCC's
+# representation_rounds: 0, FFCM's cycle_window: 0); sizes may not.
+RULES = [
+    (re.compile(r"(_dim|hidden|channels|^num_clusters|couplings|k_local|iter|iterations|redo|^n_init|batch_size"
+                r"|^rounds|^restarts|resize|dilation|per_client|per_epoch|n_critic|chunk|hog_cell|walk_links)$"),
+     lambda v: v >= 1, "a positive integer"),
+    (re.compile(r"(rounds|epochs|steps|window|after|neighbors|positives|vote|blocks|seed)$"),
+     lambda v: v >= 0, "an integer >= 0"),
+    (re.compile(r"(^lr|^lr_(?!decay$)\w+|_lr)$"), lambda v: v > 0, "a positive learning rate"),
+    (re.compile(r"^lr_decay$"), lambda v: v > 0, "a positive factor"),
     (re.compile(r"temperature$"), lambda v: v > 0, "a positive number"),
     (re.compile(r"_m$"), lambda v: v > 1, "a fuzzifier greater than 1"),  # SDA-FC's fcm_m (FCM's m: its own)
     (re.compile(r"ema_decay$"), lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-    (re.compile(r"^lr_decay$"), lambda v: v > 0, "a positive factor"),
     (re.compile(r"(weight|weight_decay|^lam|jitter|^beta_\w+|noise_std|init_noise|momentum|tol|color_strength)$"),
      lambda v: v >= 0, "a number >= 0"),
 ]
@@ -42,15 +44,9 @@ def check_init_args(args: Mapping[str, object]) -> None:
             raise ConfigError(name, value, "a finite number")
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        if SIZE_KEYS.search(key) and value < 1:
-            raise ConfigError(name, value, "a positive integer")
-        if (key == "lr" or key.startswith("lr_") and key != "lr_decay" or key.endswith("_lr")) and value <= 0:
-            raise ConfigError(name, value, "a positive learning rate")
-        for pattern, valid, what in NUMBER_RULES:
+        for pattern, valid, what in RULES:
             if pattern.search(key) and not valid(value):
                 raise ConfigError(name, value, what)
-        if COUNT_KEYS.search(key) and value < 0:
-            raise ConfigError(name, value, "an integer >= 0")
     check_batch_size(args.get("batch_size"))
 
 

@@ -24,7 +24,7 @@ def _arguments(kind_word: str):
                 yield pytest.param(entry.load(), param.name, id=f"{name}.{param.name}")
 
 
-def _refused(cls, key: str, value: int) -> bool:
+def _refused(cls, key: str, value: float) -> bool:
     """Whether a method built with key = value is refused where fit() judges it: its constructor, the rules
     of hparams.py, or its own validate() on whichever kind of data it accepts."""
     try:
