@@ -21,9 +21,9 @@ def fewer_clusters(method: FederatedMethod, clusters: torch.Tensor) -> str | Non
     found = int(torch.unique(clusters[clusters >= 0]).numel())
     if found == 0 or found >= asked:  # (no clustering at all: the run says that itself)
         return None
-    return (f"method.num_clusters asked for {asked} clusters and the final model puts the {len(clusters)} samples in "
-            f"only {found} ({type(method).__name__} formed no more from what its server clusters: the clients' "
-            "samples or summaries).")
+    return (f"method.init_args.num_clusters asked for {asked} clusters and the final model puts the {len(clusters)} "
+            f"samples in only {found} ({type(method).__name__} formed no more from what its server clusters: the "
+            "clients' samples or summaries).")
 
 
 def unusable_run(history: list[dict], stages: list, final: dict[str, float]) -> str | None:

@@ -106,7 +106,7 @@ def test_local_clusters_above_the_smallest_client_are_refused():
             return 10_000
 
     data = build_federated_data(tiny_data(num_clients=2), torch.device("cpu"), 0)
-    with pytest.raises(ConfigError, match="method.num_clusters"):
+    with pytest.raises(ConfigError, match="method.init_args.num_clusters"):
         setup_method(LocalKMeans(), data, 0)
 
 

@@ -233,7 +233,7 @@ def test_a_model_with_fewer_clusters_than_asked_says_so(tmp_path, capsys):
                           "init_args": {"num_clusters": 10}}, num_clients=1)
     assert main(["fit", "--config", str(config), "--run_dir", str(tmp_path / "run"), "--progress", "false"]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
-    assert len(notes) == 1 and "method.num_clusters asked for 10 clusters" in notes[0], notes
+    assert len(notes) == 1 and "method.init_args.num_clusters asked for 10 clusters" in notes[0], notes
     assert "puts the 120 samples in only 3 (KMeans formed no more" in notes[0]
     assert notes[0] in (tmp_path / "run" / "run.log").read_text()
 

@@ -81,7 +81,7 @@ def test_unlabelled_data_need_num_clusters_and_a_label_free_partition(tmp_path, 
     _blobs_csv(tmp_path / "points.csv")
     base = ["fit", "--method", "KFED", "--data.name", "features", "--data.root", str(tmp_path / "points.csv"),
             "--data.options", "{feature_columns: [a, b]}", "--progress", "false"]
-    cases = [(["--data.partition", "iid", "--data.num_clients", "2"], "method.num_clusters = None"),
+    cases = [(["--data.partition", "iid", "--data.num_clients", "2"], "method.init_args.num_clusters = None"),
              (["--method.num_clusters", "3", "--data.partition", "dirichlet"], "data.partition = 'dirichlet'"),
              (["--method.num_clusters", "3", "--data.partition", "natural"], "client_column")]
     for i, (extra, message) in enumerate(cases):

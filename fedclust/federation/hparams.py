@@ -63,7 +63,8 @@ def check_cluster_counts(num_clusters: int | None, local_clusters: int | None, n
     computes from its own samples, `method.local_clusters()`) against the smallest client, then the number of
     clusters (None: the number of classes) against all samples. min_client_size 0: not known, not judged."""
     if local_clusters is not None and min_client_size and local_clusters > min_client_size:
-        raise ConfigError("method.num_clusters", local_clusters, f"at most the {min_client_size} samples of the "
+        raise ConfigError("method.init_args.num_clusters", local_clusters,
+                          f"at most the {min_client_size} samples of the "
                           "smallest client (each client clusters its own data)")
     if (num_clusters or num_classes) > num_samples:
-        raise ConfigError("method.num_clusters", num_clusters, f"at most the {num_samples} samples")
+        raise ConfigError("method.init_args.num_clusters", num_clusters, f"at most the {num_samples} samples")

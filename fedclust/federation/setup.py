@@ -15,7 +15,8 @@ def setup_method(method: FederatedMethod, data, seed: int) -> None:
     info = data.info
     check_hparams(method)
     if method.num_clusters is None and not info.has_labels:  # nothing to take the number of classes from
-        raise ConfigError("method.num_clusters", None, "a positive integer: the data have no labels to take the "
+        raise ConfigError("method.init_args.num_clusters", None,
+                          "a positive integer: the data have no labels to take the "
                           "number of clusters from")
     method.validate(info, data.num_clients)
     # also in fedclust.precheck, on a known data set's sizes

@@ -52,10 +52,10 @@ class FCM(CentralizedCentroids):
     def validate(self, info: DataInfo, num_clients: int) -> None:
         super().validate(info, num_clients)
         if not self.m > 1:
-            raise ConfigError("method.m", self.m, "a fuzzifier greater than 1")
+            raise ConfigError("method.init_args.m", self.m, "a fuzzifier greater than 1")
         for name in ("max_iter", "n_init"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"method.{name}", getattr(self, name), "a positive integer")
+                raise ConfigError(f"method.init_args.{name}", getattr(self, name), "a positive integer")
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         x = ctx.data.all_x().flatten(1)

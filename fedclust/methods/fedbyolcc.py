@@ -64,7 +64,7 @@ class FedBYOLCC(FedU):
                          crop_scale=crop_scale, color_strength=color_strength, blur=blur)
         self.save_hyperparameters()
         if not cluster_temperature > 0:
-            raise ConfigError("method.cluster_temperature", cluster_temperature, "a positive number")
+            raise ConfigError("method.init_args.cluster_temperature", cluster_temperature, "a positive number")
 
     def build(self, info: DataInfo) -> None:
         super().build(info)

@@ -37,11 +37,11 @@ class FedUMCC(MomentumClusterStage, FedU):
         self.save_hyperparameters()
         for name in ("cluster_rounds", "cluster_local_epochs"):
             if getattr(self.hparams, name) < 1:
-                raise ConfigError(f"method.{name}", getattr(self.hparams, name), "a positive integer")
+                raise ConfigError(f"method.init_args.{name}", getattr(self.hparams, name), "a positive integer")
         if cluster_optimizer not in ("adam", "sgd"):
-            raise ConfigError("method.cluster_optimizer", cluster_optimizer, "adam or sgd")
+            raise ConfigError("method.init_args.cluster_optimizer", cluster_optimizer, "adam or sgd")
         if not cluster_lr > 0:
-            raise ConfigError("method.cluster_lr", cluster_lr, "a positive number")
+            raise ConfigError("method.init_args.cluster_lr", cluster_lr, "a positive number")
         check_common(self.hparams, self.num_clusters)
 
     def build(self, info: DataInfo) -> None:

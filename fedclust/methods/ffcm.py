@@ -93,14 +93,15 @@ class FFCM(FederatedMethod):
 
     def validate(self, info: DataInfo, num_clients: int) -> None:
         if not self.m > 1:
-            raise ConfigError("method.m", self.m, "a fuzzifier greater than 1")
+            raise ConfigError("method.init_args.m", self.m, "a fuzzifier greater than 1")
         if self.server not in ("avg", "kmeans"):
-            raise ConfigError("method.server", self.server, '"avg" or "kmeans"')
+            raise ConfigError("method.init_args.server", self.server, '"avg" or "kmeans"')
         for name in ("local_max_iter", "max_rounds", "kmeans_niter", "kmeans_redo"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"method.{name}", getattr(self, name), "a positive integer")
+                raise ConfigError(f"method.init_args.{name}", getattr(self, name), "a positive integer")
         if self.cycle_window < 0:
-            raise ConfigError("method.cycle_window", self.cycle_window, "0 (off) or a positive number of rounds")
+            raise ConfigError("method.init_args.cycle_window", self.cycle_window,
+                              "0 (off) or a positive number of rounds")
 
     def stages(self) -> list[Stage]:
         return [Stage("ffcm", self.max_rounds, local_epochs=0)]

@@ -53,7 +53,7 @@ class SingleSimCLR(ContrastiveClustering):
                          temperature, 1.0, crop_scale, memory_efficient_chunk)
         for name, value in (("kmeans_niter", kmeans_niter), ("kmeans_redo", kmeans_redo)):
             if value < 1:
-                raise ConfigError(f"method.{name}", value, "a positive integer")
+                raise ConfigError(f"method.init_args.{name}", value, "a positive integer")
 
     def build(self, info: DataInfo) -> None:
         if self.num_clusters is None:

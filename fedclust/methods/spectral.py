@@ -44,7 +44,7 @@ class Spectral(CentralizedCentroids):
         super().__init__(num_clusters)
         self.save_hyperparameters()
         if not isinstance(neighbors, int) or neighbors < 1:
-            raise ConfigError("method.neighbors", neighbors, "an integer >= 1")
+            raise ConfigError("method.init_args.neighbors", neighbors, "an integer >= 1")
         self.neighbors = neighbors
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:

@@ -107,19 +107,20 @@ class UIFCA(FederatedMethod):
     def validate(self, info: DataInfo, num_clients: int) -> None:
         hp = self.hparams
         if hp.flow not in FLOWS:
-            raise ConfigError("method.flow", hp.flow, "one of " + ", ".join(FLOWS))
+            raise ConfigError("method.init_args.flow", hp.flow, "one of " + ", ".join(FLOWS))
         if (hp.flow == "realnvp") != info.is_image:
             valid = "realnvp for image data" if info.is_image else "affine, affine_triangular or planar for vectors"
-            raise ConfigError("method.flow", hp.flow, valid)
+            raise ConfigError("method.init_args.flow", hp.flow, valid)
         if info.is_image and info.input_size % 2:
             raise ConfigError("data", f"{info.input_size}x{info.input_size} images", "an even image side")
         if hp.init_noise < 0:
-            raise ConfigError("method.init_noise", hp.init_noise, "a number >= 0")
+            raise ConfigError("method.init_args.init_noise", hp.init_noise, "a number >= 0")
         for name in ("cluster_rounds", "communication_rounds", "local_steps", "batch_size", "restarts"):
             if hp[name] < 1:
-                raise ConfigError(f"method.{name}", hp[name], "a positive integer")
+                raise ConfigError(f"method.init_args.{name}", hp[name], "a positive integer")
         if hp.restart_rounds is not None and hp.restart_rounds < 1:
-            raise ConfigError("method.restart_rounds", hp.restart_rounds, "a positive integer, or null for all T")
+            raise ConfigError("method.init_args.restart_rounds", hp.restart_rounds,
+                              "a positive integer, or null for all T")
 
     def build(self, info: DataInfo) -> None:
         super().build(info)

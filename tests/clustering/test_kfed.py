@@ -72,7 +72,7 @@ def test_deterministic_given_the_generators():
 
 
 def test_too_few_local_centres_is_a_config_error():
-    with pytest.raises(ConfigError, match="method.k_local"):
+    with pytest.raises(ConfigError, match="method.init_args.k_local"):
         central_kfed([torch.randn(2, 3), torch.randn(1, 3)], 4, torch.Generator().manual_seed(0))
 
 
@@ -157,7 +157,7 @@ def test_central_random_start_draws_from_the_generator():
 
 
 def test_central_start_outside_the_clients_is_a_config_error():
-    with pytest.raises(ConfigError, match="method.central_start"):
+    with pytest.raises(ConfigError, match="method.init_args.central_start"):
         central_kfed(_client_centres(), 5, torch.Generator().manual_seed(0), start=4)
 
 

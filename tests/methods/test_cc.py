@@ -44,5 +44,5 @@ def test_more_than_one_client_is_refused(run_fit):
 
 def test_epochs_are_rounds_of_one_epoch():
     assert [(s.rounds, s.local_epochs) for s in CC(epochs=7).stages()] == [(7, 1)]
-    with pytest.raises(ConfigError, match="method.epochs"):
+    with pytest.raises(ConfigError, match="method.init_args.epochs"):
         CC(epochs=0)

@@ -103,5 +103,5 @@ def test_paper_defaults():
 def test_non_28x28_data_is_refused_before_any_work(run_fit):
     with pytest.raises(ConfigError, match="data.name.*1x28x28"):
         run_fit(tiny_clustergan())  # the 8x8 digits
-    with pytest.raises(ConfigError, match="method.n_critic"):
+    with pytest.raises(ConfigError, match="method.init_args.n_critic"):
         ClusterGANFedAvg(n_critic=0)

@@ -21,7 +21,7 @@ def test_more_than_one_client_is_refused(run_fit):
 
 
 def test_a_fuzzifier_of_one_is_refused(run_fit):
-    with pytest.raises(ConfigError, match="method.m"):
+    with pytest.raises(ConfigError, match="method.init_args.m"):
         run_fit(FCM(m=1.0), data=ONE_CLIENT)
 
 

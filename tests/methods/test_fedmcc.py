@@ -193,15 +193,15 @@ def test_memory_efficient_chunks_give_the_ordinary_gradients_without_batchnorm(s
 
 
 def test_bad_options_name_the_field():
-    with pytest.raises(ConfigError, match="method.ema_decay"):
+    with pytest.raises(ConfigError, match="method.init_args.ema_decay"):
         FedMCC(ema_decay=1.0)
-    with pytest.raises(ConfigError, match="method.cluster_ema_decay"):
+    with pytest.raises(ConfigError, match="method.init_args.cluster_ema_decay"):
         FedMCC(cluster_ema_decay=1.0)
-    with pytest.raises(ConfigError, match="method.entropy_weight"):
+    with pytest.raises(ConfigError, match="method.init_args.entropy_weight"):
         FedMCC(entropy_weight=-1.0)
-    with pytest.raises(ConfigError, match="method.memory_efficient_chunk"):
+    with pytest.raises(ConfigError, match="method.init_args.memory_efficient_chunk"):
         FedMCC(memory_efficient_chunk=0)
-    with pytest.raises(ConfigError, match="method.augment"):
+    with pytest.raises(ConfigError, match="method.init_args.augment"):
         tiny_fedmcc(augment="jitter").build(INFO)
     with pytest.raises(ConfigError, match="data.name"):
         FedMCC().validate(DataInfo(3, 0, 0, 5, False), 2)

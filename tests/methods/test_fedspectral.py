@@ -294,12 +294,12 @@ def test_the_hog_space_joins_two_unit_blocks_and_is_refused_where_it_cannot_exis
         expected = unit(torch.cat([hog(x, 2), unit(method.trunk(x), dim=1)], 1), dim=1)
         torch.testing.assert_close(method.embed(x), expected)
     assert method.embed(x).shape[1] == 9 * 4 * 4 + method.trunk.out_dim
-    with pytest.raises(ConfigError, match="method.hog_cell"):
+    with pytest.raises(ConfigError, match="method.init_args.hog_cell"):
         tiny(cluster_space="hog+backbone", hog_cell=9).build(data.info)
     vectors = build_federated_data(DataConfig(name="gaussian", num_clients=2, partition="iid",
                                               options={"num_clusters": 3, "points_per_cluster": 20, "dim": 8}),
                                    torch.device("cpu"), 0)
-    with pytest.raises(ConfigError, match="method.cluster_space.*vectors"):
+    with pytest.raises(ConfigError, match="method.init_args.cluster_space.*vectors"):
         tiny(cluster_space="hog+backbone").build(vectors.info)
 
 

@@ -116,7 +116,7 @@ def test_views_are_easyfls_simclr_transform_with_s_1():
     v = method.views
     assert (v.brightness, v.contrast, v.saturation, v.hue, v.jitter_p, v.gray_p) == (0.8, 0.8, 0.8, 0.2, 0.8, 0.2)
     assert v.blur_p == 0 and v.scale == (0.5, 1.0)
-    with pytest.raises(ConfigError, match="method.color_strength"):
+    with pytest.raises(ConfigError, match="method.init_args.color_strength"):
         FedU(color_strength=2.0)
 
 
@@ -142,7 +142,7 @@ def test_fedu_mcc_cluster_stage_trains_g_c_with_fedmccs_adam():
     old = FedUMCC(**TINY, cluster_optimizer="sgd")
     old.build(INFO)
     assert isinstance(old.configure_optimizers()[1], torch.optim.SGD)
-    with pytest.raises(ConfigError, match="method.cluster_optimizer"):
+    with pytest.raises(ConfigError, match="method.init_args.cluster_optimizer"):
         FedUMCC(**TINY, cluster_optimizer="lamb")
 
 
@@ -154,9 +154,9 @@ def test_cosine_learning_rate_and_bad_options():
     data = build_federated_data(tiny_data(), torch.device("cpu"), 0)
     method.on_client_start(ClientContext(0, Stage("byol", 4), 0, 2, data.client(0, 64), {}, 0))
     assert method._lr == pytest.approx(0.032 * 0.5)  # round 2 of 4: half way down the cosine
-    with pytest.raises(ConfigError, match="method.divergence_threshold"):
+    with pytest.raises(ConfigError, match="method.init_args.divergence_threshold"):
         FedU(divergence_threshold=-1.0)
-    with pytest.raises(ConfigError, match="method.optimizer"):
+    with pytest.raises(ConfigError, match="method.init_args.optimizer"):
         FedU(optimizer="lamb")
     with pytest.raises(ConfigError, match="method.class_path"):
         method.validate(INFO, 2)  # FedU alone does not cluster

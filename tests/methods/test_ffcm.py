@@ -96,8 +96,9 @@ def test_server_state_round_trip():
     assert torch.equal(a.assign(x), b.assign(x)) and (b.converged, b.converged_round) == (True, 7)
 
 
-@pytest.mark.parametrize("kw,field", [({"m": 1.0}, "method.m"), ({"server": "median"}, "method.server"),
-                                      ({"max_rounds": 0}, "method.max_rounds")])
+@pytest.mark.parametrize("kw,field", [({"m": 1.0}, "method.init_args.m"),
+                                      ({"server": "median"}, "method.init_args.server"),
+                                      ({"max_rounds": 0}, "method.init_args.max_rounds")])
 def test_bad_settings_are_config_errors(run_fit, kw, field):
     with pytest.raises(ConfigError, match=field):
         run_fit(FFCM(**kw))

@@ -19,7 +19,7 @@ def test_recovers_separated_gaussians_both_labellings(run_fit, labelling):
 
 
 def test_too_few_local_centres_is_a_config_error(run_fit):
-    with pytest.raises(ConfigError, match="method.k_local"):
+    with pytest.raises(ConfigError, match="method.init_args.k_local"):
         run_fit(KFED(k_local=2), data=DataConfig(name="digits", num_clients=2, partition="iid"))
 
 
@@ -35,7 +35,7 @@ def test_default_central_start_is_the_first_client(run_fit):
 
 @pytest.mark.parametrize("start", [10, -1, "last"])
 def test_bad_central_start_is_a_config_error(run_fit, start):
-    with pytest.raises(ConfigError, match="method.central_start"):
+    with pytest.raises(ConfigError, match="method.init_args.central_start"):
         run_fit(KFED(k_local=10, central_start=start))
 
 

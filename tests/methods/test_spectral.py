@@ -30,5 +30,5 @@ def test_on_hog_vectors_it_is_the_descriptor_alone(run_fit, tmp_path):
 def test_bad_neighbors_is_one_sentence():
     import pytest
 
-    with pytest.raises(ConfigError, match="method.neighbors"):
+    with pytest.raises(ConfigError, match="method.init_args.neighbors"):
         Spectral(neighbors=0)

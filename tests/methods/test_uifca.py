@@ -97,9 +97,10 @@ def test_copies_start_as_one_model_plus_small_noise():
 
 
 @pytest.mark.parametrize("kw,data,field", [
-    ({"flow": "realnvp"}, None, "method.flow"),
-    ({"flow": "affine"}, DataConfig(name="rotated", num_clients=4, options={"source": "digits"}), "method.flow"),
-    ({"local_steps": 0}, None, "method.local_steps"),
+    ({"flow": "realnvp"}, None, "method.init_args.flow"),
+    ({"flow": "affine"}, DataConfig(name="rotated", num_clients=4, options={"source": "digits"}),
+     "method.init_args.flow"),
+    ({"local_steps": 0}, None, "method.init_args.local_steps"),
 ])
 def test_bad_settings_are_config_errors(run_fit, kw, data, field):
     with pytest.raises(ConfigError, match=field):

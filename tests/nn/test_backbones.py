@@ -121,7 +121,7 @@ def test_resize_wrapper():
 
 
 def test_unknown_name():
-    with pytest.raises(ConfigError, match="method.backbone"):
+    with pytest.raises(ConfigError, match="method.init_args.backbone"):
         build_backbone("vgg16", 3, 32)
 
 
@@ -140,7 +140,7 @@ def test_group_norm_trunks_do_not_depend_on_the_rest_of_the_batch():
         x = torch.rand(6, c, s, s, generator=torch.Generator().manual_seed(0))
         alone, together = net(x[:1]), net(x)[:1]
         assert torch.allclose(alone, together, atol=1e-5), name
-    with pytest.raises(ConfigError, match="method.norm"):
+    with pytest.raises(ConfigError, match="method.init_args.norm"):
         build_backbone("convnet28", 1, 28, norm="instance")
 
 
