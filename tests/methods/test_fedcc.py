@@ -118,7 +118,7 @@ def test_memory_efficient_chunks_under_batchnorm_training_differ_as_documented()
                                                ("instance_temperature", 0.0), ("local_epochs", 0),
                                                ("num_clusters", 1)])
 def test_bad_options_name_the_field(option, value):
-    with pytest.raises(ConfigError, match=f"method.{option}"):
+    with pytest.raises(ConfigError, match=f"method.init_args.{option}"):
         tiny(**{option: value})
 
 

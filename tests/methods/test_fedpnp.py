@@ -157,7 +157,7 @@ def test_two_clients_two_rounds_smoke_keeps_a_past_model_per_client(run_fit, tmp
 
 @pytest.mark.parametrize(("option", "value"), [("pool_threshold", 0.0), ("pool_threshold", 1.5), ("alpha", -1.0)])
 def test_bad_pool_options(option, value):
-    with pytest.raises(ConfigError, match=f"method.{option}"):
+    with pytest.raises(ConfigError, match=f"method.init_args.{option}"):
         tiny(FedPNP, **{option: value})
 
 
