@@ -17,6 +17,13 @@ class ConfigError(FedclustError, ValueError):
         super().__init__(f"{field} = {value!r} is not valid: {valid}.")
 
 
+class MethodArgError(ConfigError):
+    """A method's init argument that cannot work, named as a config writes it: method.init_args.NAME."""
+
+    def __init__(self, name: str, value: object, valid: str):
+        super().__init__(f"method.init_args.{name}", value, valid)
+
+
 class NotFittedError(FedclustError):
     """A method asked to assign clusters before it has any (no client has taken part yet)."""
 

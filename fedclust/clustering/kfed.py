@@ -48,7 +48,7 @@ from torch import Tensor
 
 from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.kmeans import assign_nearest, kmeans_plusplus_indices
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 
 _MARGIN = 3.0  # Awasthi-Sheffet: keep points >= 3x closer to their own seed than to any other
 
@@ -122,7 +122,7 @@ def local_kfed(x: Tensor, k_local: int, generator: torch.Generator, niter: int =
     With n <= k' the points themselves are the centres (as the official code), so fewer than k'
     centres come back when n < k'."""
     if k_local < 1:
-        raise ConfigError("method.init_args.k_local", k_local, "a positive number of local clusters")
+        raise MethodArgError("k_local", k_local, "a positive number of local clusters")
     n = x.shape[0]
     if n <= k_local:
         return x.detach().clone(), torch.arange(n, device=x.device)
@@ -178,8 +178,8 @@ def central_kfed(
     total = sum(sizes)
     if total < k:
         k_local = max(sizes, default=0)
-        raise ConfigError(
-            "method.init_args.k_local",
+        raise MethodArgError(
+            "k_local",
             k_local,
             f"k_local x clients must be at least k = {k}, but the {len(sizes)} clients sent only {total} local centres",
         )
@@ -239,4 +239,4 @@ def _start_client(sizes: list[int], start: str | int, generator: torch.Generator
         return candidates[int(torch.randint(len(candidates), (1,), generator=generator, device=generator.device))]
     if isinstance(start, int) and not isinstance(start, bool) and start in candidates:
         return start
-    raise ConfigError("method.init_args.central_start", start, f'"first", "random" or one of the clients {candidates}')
+    raise MethodArgError("central_start", start, f'"first", "random" or one of the clients {candidates}')

@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 
 # By name, whichever method has the argument: (name pattern, whether a value is valid, what is valid). A number is
 # judged by every rule whose pattern its name matches. Counts may be 0, a valid "none" there (FedMCC's
@@ -36,24 +36,23 @@ RULES = [
 
 
 def check_init_args(args: Mapping[str, object]) -> None:
-    """Raise ConfigError on the first init argument no method can work with."""
+    """Raise MethodArgError (a ConfigError) on the first init argument no method can work with."""
     for key, value in args.items():
-        name = f"method.init_args.{key}"
         values = value if isinstance(value, list | tuple) else [value]
         if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            raise ConfigError(name, value, "a finite number")
+            raise MethodArgError(key, value, "a finite number")
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
         for pattern, valid, what in RULES:
             if pattern.search(key) and not valid(value):
-                raise ConfigError(name, value, what)
+                raise MethodArgError(key, value, what)
     check_batch_size(args.get("batch_size"))
 
 
 def check_batch_size(batch_size) -> None:
     """A training batch of one sample: None (no training) and non-numbers are not judged here."""
     if isinstance(batch_size, int | float) and not isinstance(batch_size, bool) and batch_size < 2:
-        raise ConfigError("method.init_args.batch_size", batch_size, "at least 2 (BatchNorm cannot train on "
+        raise MethodArgError("batch_size", batch_size, "at least 2 (BatchNorm cannot train on "
                           "one sample)")
 
 
@@ -63,8 +62,8 @@ def check_cluster_counts(num_clusters: int | None, local_clusters: int | None, n
     computes from its own samples, `method.local_clusters()`) against the smallest client, then the number of
     clusters (None: the number of classes) against all samples. min_client_size 0: not known, not judged."""
     if local_clusters is not None and min_client_size and local_clusters > min_client_size:
-        raise ConfigError("method.init_args.num_clusters", local_clusters,
+        raise MethodArgError("num_clusters", local_clusters,
                           f"at most the {min_client_size} samples of the "
                           "smallest client (each client clusters its own data)")
     if (num_clusters or num_classes) > num_samples:
-        raise ConfigError("method.init_args.num_clusters", num_clusters, f"at most the {num_samples} samples")
+        raise MethodArgError("num_clusters", num_clusters, f"at most the {num_samples} samples")

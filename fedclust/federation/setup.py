@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from fedclust.contract import FederatedMethod
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.federation.hparams import check_batch_size, check_cluster_counts, check_init_args
 
 
@@ -15,7 +15,7 @@ def setup_method(method: FederatedMethod, data, seed: int) -> None:
     info = data.info
     check_hparams(method)
     if method.num_clusters is None and not info.has_labels:  # nothing to take the number of classes from
-        raise ConfigError("method.init_args.num_clusters", None,
+        raise MethodArgError("num_clusters", None,
                           "a positive integer: the data have no labels to take the "
                           "number of clusters from")
     method.validate(info, data.num_clients)

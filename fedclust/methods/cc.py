@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from fedclust.contract import DataInfo
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.methods.families.contrastive import ContrastiveClustering
 
 
@@ -45,7 +45,7 @@ class CC(ContrastiveClustering):
                  crop_scale: tuple[float, float] = (0.08, 1.0), memory_efficient_chunk: int | None = None,
                  seed: int = 0):
         if epochs < 1:
-            raise ConfigError("method.init_args.epochs", epochs, "a positive integer")
+            raise MethodArgError("epochs", epochs, "a positive integer")
         super().__init__(num_clusters, backbone, resize, rounds=epochs, local_epochs=1, batch_size=batch_size,
                          lr=lr, instance_dim=instance_dim, instance_temperature=instance_temperature,
                          cluster_temperature=cluster_temperature, crop_scale=crop_scale,

@@ -28,7 +28,7 @@ from typing import Literal
 
 from torch import Tensor
 
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.methods.families.cluster_contrastive import ClusterContrastiveFC
 
@@ -55,7 +55,7 @@ class CCFCPlusPlus(ClusterContrastiveFC):
                          blur_sigma, jitter, resize, scfc, standalone, exclude_self, kmeans_niter, kmeans_redo,
                          sync_init)
         if not decorrelation_weight >= 0:
-            raise ConfigError("method.init_args.decorrelation_weight", decorrelation_weight, "a non-negative number")
+            raise MethodArgError("decorrelation_weight", decorrelation_weight, "a non-negative number")
 
     def regulariser(self, zs: list[Tensor]) -> Tensor | None:
         hp = self.hparams

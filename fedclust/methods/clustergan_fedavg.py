@@ -32,7 +32,7 @@ from torch import Tensor
 
 from fedclust.clustering.kmeans import kmeans
 from fedclust.contract import ClientContext, DataInfo, FederatedMethod, Stage
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.nn.clustergan import (
     ClusterGANDiscriminator,
     ClusterGANEncoder,
@@ -87,11 +87,11 @@ class ClusterGANFedAvg(FederatedMethod):
         self.automatic_optimization = False
         for name in ("n_critic", "rounds", "noise_dim", "channels", "hidden"):
             if getattr(self.hparams, name) < 1:
-                raise ConfigError(f"method.init_args.{name}", getattr(self.hparams, name), "a positive integer")
+                raise MethodArgError(name, getattr(self.hparams, name), "a positive integer")
         if local_steps is not None and local_steps < 1:
-            raise ConfigError("method.init_args.local_steps", local_steps, "a positive integer or null")
+            raise MethodArgError("local_steps", local_steps, "a positive integer or null")
         if lr is not None and lr <= 0:
-            raise ConfigError("method.init_args.lr", lr, "a positive number or null")
+            raise MethodArgError("lr", lr, "a positive number or null")
 
     def validate(self, info: DataInfo, num_clients: int) -> None:
         if not (info.is_image and info.in_channels == 1 and info.input_size == 28):

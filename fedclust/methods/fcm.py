@@ -19,7 +19,7 @@ from torch import Tensor
 from fedclust.clustering.fcm import fcm
 from fedclust.clustering.floor import effective_counts, zero_below_floor
 from fedclust.contract import ClientContext, DataInfo
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.methods.families.centralized import CentralizedCentroids
 
 log = logging.getLogger("fedclust")
@@ -52,10 +52,10 @@ class FCM(CentralizedCentroids):
     def validate(self, info: DataInfo, num_clients: int) -> None:
         super().validate(info, num_clients)
         if not self.m > 1:
-            raise ConfigError("method.init_args.m", self.m, "a fuzzifier greater than 1")
+            raise MethodArgError("m", self.m, "a fuzzifier greater than 1")
         for name in ("max_iter", "n_init"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"method.init_args.{name}", getattr(self, name), "a positive integer")
+                raise MethodArgError(name, getattr(self, name), "a positive integer")
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:
         x = ctx.data.all_x().flatten(1)

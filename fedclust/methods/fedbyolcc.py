@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from fedclust.contract import DataInfo
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.losses.byol import byol_loss
 from fedclust.losses.contrastive import cluster_contrastive_loss
 from fedclust.methods.families.fedu import FedU
@@ -64,7 +64,7 @@ class FedBYOLCC(FedU):
                          crop_scale=crop_scale, color_strength=color_strength, blur=blur)
         self.save_hyperparameters()
         if not cluster_temperature > 0:
-            raise ConfigError("method.init_args.cluster_temperature", cluster_temperature, "a positive number")
+            raise MethodArgError("cluster_temperature", cluster_temperature, "a positive number")
 
     def build(self, info: DataInfo) -> None:
         super().build(info)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedclust.contract import ClientContext
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.losses.contrastive import cluster_contrastive_loss, nt_xent
 from fedclust.methods.families.contrastive import ContrastiveClustering
 
@@ -83,10 +83,10 @@ class FedPNP(ContrastiveClustering):
         super().__init__(num_clusters, backbone, resize, rounds, local_epochs, batch_size, lr, instance_dim,
                          instance_temperature, cluster_temperature, crop_scale, memory_efficient_chunk)
         if not 0 < pool_threshold <= 1:
-            raise ConfigError("method.init_args.pool_threshold", pool_threshold, "a number in (0, 1] (s is in (0, 1])")
+            raise MethodArgError("pool_threshold", pool_threshold, "a number in (0, 1] (s is in (0, 1])")
         for name, value in (("alpha_first", alpha_first), ("alpha", alpha)):
             if not value >= 0:
-                raise ConfigError(f"method.init_args.{name}", value, "a non-negative number")
+                raise MethodArgError(name, value, "a non-negative number")
         self._alpha = alpha_first
         self._has_past = False
         self._past_soft: tuple[Tensor, Tensor] | None = None

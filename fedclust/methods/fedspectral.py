@@ -40,7 +40,7 @@ from fedclust.clustering.knn_vote import nearest_neighbors
 from fedclust.contract import ClientContext, DataInfo, Stage
 from fedclust.data.hog import hog
 from fedclust.data.views import ColorViews, SimSiamViews28
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.losses.contrastive import nt_xent, supervised_nt_xent
 from fedclust.losses.decorrelation import decorrelation_loss
 from fedclust.methods.families.summary_spectral import (
@@ -133,14 +133,14 @@ class FedSpectral(SummarySpectral):
                             walk_spread_alpha)
         for name, value, low in (("hog_cell", hog_cell, 1), ("neighbor_positives", neighbor_positives, 0)):
             if not isinstance(value, int) or value < low:
-                raise ConfigError(f"method.init_args.{name}", value, f"an integer >= {low}")
+                raise MethodArgError(name, value, f"an integer >= {low}")
         if projector_rank is not None and (not isinstance(projector_rank, int) or projector_rank < 1):
-            raise ConfigError("method.init_args.projector_rank", projector_rank, "null or an integer >= 1")
+            raise MethodArgError("projector_rank", projector_rank, "null or an integer >= 1")
         if cluster_space not in CLUSTER_SPACES:
-            raise ConfigError("method.init_args.cluster_space", cluster_space, ", ".join(CLUSTER_SPACES))
+            raise MethodArgError("cluster_space", cluster_space, ", ".join(CLUSTER_SPACES))
         for name, value in (("decorrelation_weight", decorrelation_weight), ("cluster_weight", cluster_weight)):
             if not value >= 0:
-                raise ConfigError(f"method.init_args.{name}", value, "a non-negative number")
+                raise MethodArgError(name, value, "a non-negative number")
         self._sample_ids: Tensor | None = None  # client: its sample indices (sorted), how a batch finds its rows
         self._pseudo: Tensor | None = None  # client: its samples' labels from the server's last clustering
         # client: each sample's candidates (itself and its nearest), and the samples' gather
@@ -151,11 +151,11 @@ class FedSpectral(SummarySpectral):
         hp = self.hparams
         if hp.cluster_space == "hog+backbone":
             if not info.is_image:
-                raise ConfigError("method.init_args.cluster_space", hp.cluster_space,
+                raise MethodArgError("cluster_space", hp.cluster_space,
                                   "backbone (the data are vectors, not "
                                   "images, and have no histograms of oriented gradients)")
             if hp.hog_cell > info.input_size:
-                raise ConfigError("method.init_args.hog_cell", hp.hog_cell,
+                raise MethodArgError("hog_cell", hp.hog_cell,
                                   f"an integer from 1 to the images' side, {info.input_size}")
         self.trunk = build_backbone(hp.backbone, info.in_channels, info.input_size or None,
                                     in_features=info.num_features, norm="group")

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from fedclust.contract import ClientContext, DataInfo, Stage
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.methods.families.contrastive import batch_inputs
 from fedclust.methods.families.fedu import FedU
 from fedclust.methods.families.momentum import MomentumClusterStage, check_common
@@ -37,11 +37,11 @@ class FedUMCC(MomentumClusterStage, FedU):
         self.save_hyperparameters()
         for name in ("cluster_rounds", "cluster_local_epochs"):
             if getattr(self.hparams, name) < 1:
-                raise ConfigError(f"method.init_args.{name}", getattr(self.hparams, name), "a positive integer")
+                raise MethodArgError(name, getattr(self.hparams, name), "a positive integer")
         if cluster_optimizer not in ("adam", "sgd"):
-            raise ConfigError("method.init_args.cluster_optimizer", cluster_optimizer, "adam or sgd")
+            raise MethodArgError("cluster_optimizer", cluster_optimizer, "adam or sgd")
         if not cluster_lr > 0:
-            raise ConfigError("method.init_args.cluster_lr", cluster_lr, "a positive number")
+            raise MethodArgError("cluster_lr", cluster_lr, "a positive number")
         check_common(self.hparams, self.num_clusters)
 
     def build(self, info: DataInfo) -> None:

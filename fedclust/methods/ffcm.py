@@ -35,7 +35,7 @@ from fedclust.clustering.fcm import fcm
 from fedclust.clustering.floor import effective_counts, zero_below_floor
 from fedclust.clustering.kmeans import assign_nearest, kmeans
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.seeding import SERVER, generator, int_seed
 
 log = logging.getLogger("fedclust")
@@ -93,14 +93,14 @@ class FFCM(FederatedMethod):
 
     def validate(self, info: DataInfo, num_clients: int) -> None:
         if not self.m > 1:
-            raise ConfigError("method.init_args.m", self.m, "a fuzzifier greater than 1")
+            raise MethodArgError("m", self.m, "a fuzzifier greater than 1")
         if self.server not in ("avg", "kmeans"):
-            raise ConfigError("method.init_args.server", self.server, '"avg" or "kmeans"')
+            raise MethodArgError("server", self.server, '"avg" or "kmeans"')
         for name in ("local_max_iter", "max_rounds", "kmeans_niter", "kmeans_redo"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"method.init_args.{name}", getattr(self, name), "a positive integer")
+                raise MethodArgError(name, getattr(self, name), "a positive integer")
         if self.cycle_window < 0:
-            raise ConfigError("method.init_args.cycle_window", self.cycle_window,
+            raise MethodArgError("cycle_window", self.cycle_window,
                               "0 (off) or a positive number of rounds")
 
     def stages(self) -> list[Stage]:

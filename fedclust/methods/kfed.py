@@ -31,7 +31,7 @@ from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.kfed import central_kfed, local_kfed
 from fedclust.clustering.kmeans import assign_nearest
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.seeding import SERVER, generator
 
 
@@ -67,11 +67,11 @@ class KFED(FederatedMethod):
     def validate(self, info: DataInfo, num_clients: int) -> None:
         k_local = self.k_local or self.num_clusters or info.num_classes
         if k_local * num_clients < (self.num_clusters or info.num_classes):
-            raise ConfigError("method.init_args.k_local", k_local,
+            raise MethodArgError("k_local", k_local,
                               "a number with k_local * num_clients >= num_clusters")
         start = self.central_start
         if start not in ("first", "random") and not (isinstance(start, int) and 0 <= start < num_clients):
-            raise ConfigError("method.init_args.central_start", start,
+            raise MethodArgError("central_start", start,
                               f'"first", "random" or a client id below {num_clients}')
 
     def local_clusters(self) -> int | None:
@@ -99,7 +99,7 @@ class KFED(FederatedMethod):
         if isinstance(start, int):  # a client id; central_kfed counts positions among the clients that sent
             ids = [u.client_id for u in updates]
             if start not in ids:
-                raise ConfigError("method.init_args.central_start", start,
+                raise MethodArgError("central_start", start,
                                   f"a client that sent centres this round {ids}")
             start = ids.index(start)
         self.centroids, maps = central_kfed([u.payload["centres"] for u in updates], self.num_clusters, g,

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from fedclust.contract import DataInfo, Stage
 from fedclust.data.views import two_views
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.methods.families.contrastive import batch_inputs
 from fedclust.methods.families.momentum import MomentumContrastiveClustering, backward
 from fedclust.nn.ema import ema_update
@@ -51,7 +51,7 @@ class MCC(MomentumContrastiveClustering):
                  crop_scale: tuple[float, float] = (0.08, 1.0), memory_efficient_chunk: int | None = None,
                  color_strength: float = 0.5, blur: bool = False, view_seed: int = 0):
         if epochs < 1:
-            raise ConfigError("method.init_args.epochs", epochs, "a positive integer")
+            raise MethodArgError("epochs", epochs, "a positive integer")
         super().__init__(num_clusters, backbone, resize, representation_rounds=epochs, cluster_rounds=1,
                          local_epochs=1, cluster_local_epochs=1, batch_size=batch_size, lr=lr, ema_decay=ema_decay,
                          instance_dim=instance_dim, head_hidden=head_hidden,

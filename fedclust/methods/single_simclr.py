@@ -28,7 +28,7 @@ from torch import Tensor
 from fedclust.clustering.kmeans import assign_nearest, kmeans
 from fedclust.contract import ClientContext, DataInfo, local_weights
 from fedclust.data.views import ColorViews
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.losses.contrastive import instance_contrastive_loss
 from fedclust.methods.families.contrastive import ContrastiveClustering, build_cc_network
 from fedclust.seeding import int_seed
@@ -53,7 +53,7 @@ class SingleSimCLR(ContrastiveClustering):
                          temperature, 1.0, crop_scale, memory_efficient_chunk)
         for name, value in (("kmeans_niter", kmeans_niter), ("kmeans_redo", kmeans_redo)):
             if value < 1:
-                raise ConfigError(f"method.init_args.{name}", value, "a positive integer")
+                raise MethodArgError(name, value, "a positive integer")
 
     def build(self, info: DataInfo) -> None:
         if self.num_clusters is None:

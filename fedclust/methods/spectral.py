@@ -21,7 +21,7 @@ from torch import Tensor
 from fedclust.clustering.floor import floored_groups
 from fedclust.clustering.spectral import spectral_clustering
 from fedclust.contract import ClientContext
-from fedclust.errors import ConfigError
+from fedclust.errors import MethodArgError
 from fedclust.methods.families.centralized import CentralizedCentroids
 from fedclust.seeding import int_seed
 
@@ -44,7 +44,7 @@ class Spectral(CentralizedCentroids):
         super().__init__(num_clusters)
         self.save_hyperparameters()
         if not isinstance(neighbors, int) or neighbors < 1:
-            raise ConfigError("method.init_args.neighbors", neighbors, "an integer >= 1")
+            raise MethodArgError("neighbors", neighbors, "an integer >= 1")
         self.neighbors = neighbors
 
     def on_client_end(self, ctx: ClientContext) -> dict[str, Tensor]:

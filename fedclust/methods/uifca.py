@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from fedclust.clustering.kfed import central_kfed_starts, local_kfed_starts
 from fedclust.contract import ClientContext, ClientUpdate, DataInfo, FederatedMethod, RoundContext, Stage
 from fedclust.data.transforms import dequantize
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.nn.affine_stack import batch_nll, shares_stack, stack_parameters
 from fedclust.nn.flow_starts import (
     flow_starts,
@@ -107,19 +107,19 @@ class UIFCA(FederatedMethod):
     def validate(self, info: DataInfo, num_clients: int) -> None:
         hp = self.hparams
         if hp.flow not in FLOWS:
-            raise ConfigError("method.init_args.flow", hp.flow, "one of " + ", ".join(FLOWS))
+            raise MethodArgError("flow", hp.flow, "one of " + ", ".join(FLOWS))
         if (hp.flow == "realnvp") != info.is_image:
             valid = "realnvp for image data" if info.is_image else "affine, affine_triangular or planar for vectors"
-            raise ConfigError("method.init_args.flow", hp.flow, valid)
+            raise MethodArgError("flow", hp.flow, valid)
         if info.is_image and info.input_size % 2:
             raise ConfigError("data", f"{info.input_size}x{info.input_size} images", "an even image side")
         if hp.init_noise < 0:
-            raise ConfigError("method.init_args.init_noise", hp.init_noise, "a number >= 0")
+            raise MethodArgError("init_noise", hp.init_noise, "a number >= 0")
         for name in ("cluster_rounds", "communication_rounds", "local_steps", "batch_size", "restarts"):
             if hp[name] < 1:
-                raise ConfigError(f"method.init_args.{name}", hp[name], "a positive integer")
+                raise MethodArgError(name, hp[name], "a positive integer")
         if hp.restart_rounds is not None and hp.restart_rounds < 1:
-            raise ConfigError("method.init_args.restart_rounds", hp.restart_rounds,
+            raise MethodArgError("restart_rounds", hp.restart_rounds,
                               "a positive integer, or null for all T")
 
     def build(self, info: DataInfo) -> None:

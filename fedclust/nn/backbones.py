@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 
 BACKBONES = (
     "convnet28", "mlp", "resnet18", "resnet34", "resnet50", "resnet18_cifar", "resnet34_cifar",
@@ -29,7 +29,7 @@ def norm2d(kind: str, channels: int) -> nn.Module:
         return nn.BatchNorm2d(channels)
     if kind == "group":
         return nn.GroupNorm(8, channels)
-    raise ConfigError("method.init_args.norm", kind, "batch or group")
+    raise MethodArgError("norm", kind, "batch or group")
 
 
 class ConvNet28(nn.Module):
@@ -83,7 +83,7 @@ def resnet(depth: int = 18, in_channels: int = 3, cifar_stem: bool = False, norm
     builders = {18: torchvision.models.resnet18, 34: torchvision.models.resnet34,
                 50: torchvision.models.resnet50}
     if depth not in builders:
-        raise ConfigError("method.init_args.backbone", f"resnet{depth}", "resnet depth 18, 34 or 50")
+        raise MethodArgError("backbone", f"resnet{depth}", "resnet depth 18, 34 or 50")
     norm2d(norm, 8)  # an unknown kind is refused here
     layer = None if norm == "batch" else (lambda channels: nn.GroupNorm(32, channels))
     net = builders[depth](weights=None, norm_layer=layer)
@@ -123,7 +123,7 @@ def build_backbone(name: str, in_channels: int, input_size: int | None, in_featu
     GroupNorm where the net has BatchNorm (convnet28 and mlp: LayerNorm there; ResNets: GroupNorm, 32 groups).
     """
     if name not in BACKBONES:
-        raise ConfigError("method.init_args.backbone", name, "one of " + ", ".join(BACKBONES))
+        raise MethodArgError("backbone", name, "one of " + ", ".join(BACKBONES))
     size = resize or input_size
     if name == "convnet28":
         if size is None:

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from fedclust.contract import ClientContext, DataInfo, FederatedMethod, Stage
 from fedclust.data.views import ColorViews, two_views
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.losses.contrastive import cluster_contrastive_loss, instance_contrastive_loss
 from fedclust.nn.backbones import build_backbone
 from fedclust.nn.heads import mlp_head
@@ -75,20 +75,20 @@ class ContrastiveClustering(FederatedMethod):
         positive = {"rounds": hp.rounds, "batch_size": hp.batch_size, "instance_dim": hp.instance_dim}
         for name, value in positive.items():
             if int(value) < 1:
-                raise ConfigError(f"method.init_args.{name}", value, "a positive integer")
+                raise MethodArgError(name, value, "a positive integer")
         if hp.local_epochs < 1:
-            raise ConfigError("method.init_args.local_epochs", hp.local_epochs, "a positive integer")
+            raise MethodArgError("local_epochs", hp.local_epochs, "a positive integer")
         for name in ("lr", "instance_temperature", "cluster_temperature"):
             if not getattr(hp, name) > 0:
-                raise ConfigError(f"method.init_args.{name}", getattr(hp, name), "a positive number")
+                raise MethodArgError(name, getattr(hp, name), "a positive number")
         lo, hi = tuple(hp.crop_scale)
         if not 0 < lo <= hi <= 1:
-            raise ConfigError("method.init_args.crop_scale", list(hp.crop_scale), "two numbers 0 < low <= high <= 1")
+            raise MethodArgError("crop_scale", list(hp.crop_scale), "two numbers 0 < low <= high <= 1")
         if hp.memory_efficient_chunk is not None and hp.memory_efficient_chunk < 1:
-            raise ConfigError("method.init_args.memory_efficient_chunk", hp.memory_efficient_chunk,
+            raise MethodArgError("memory_efficient_chunk", hp.memory_efficient_chunk,
                               "a positive integer (samples per chunk) or null")
         if self.num_clusters is not None and self.num_clusters < 2:
-            raise ConfigError("method.init_args.num_clusters", self.num_clusters, "at least 2 or null")
+            raise MethodArgError("num_clusters", self.num_clusters, "at least 2 or null")
 
     def validate(self, info: DataInfo, num_clients: int) -> None:
         if not info.is_image:

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from fedclust.contract import ClientContext, DataInfo, FederatedMethod, RoundContext, Stage
 from fedclust.data.views import two_views
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.losses.byol import byol_loss
 from fedclust.methods.families.contrastive import batch_inputs
 from fedclust.methods.families.dapu import divergence, divergence_weights
@@ -81,11 +81,11 @@ class FedU(FederatedMethod):
         check_common(hp, num_clusters)
         for name in ("rounds", "local_epochs", "projector_hidden", "projection_dim", "predictor_hidden"):
             if getattr(hp, name) < 1:
-                raise ConfigError(f"method.init_args.{name}", getattr(hp, name), "a positive integer")
+                raise MethodArgError(name, getattr(hp, name), "a positive integer")
         if hp.optimizer not in ("sgd", "adam"):
-            raise ConfigError("method.init_args.optimizer", hp.optimizer, "sgd or adam")
+            raise MethodArgError("optimizer", hp.optimizer, "sgd or adam")
         if hp.divergence_threshold is not None and not hp.divergence_threshold >= 0:
-            raise ConfigError("method.init_args.divergence_threshold", hp.divergence_threshold, "a number >= 0 or null")
+            raise MethodArgError("divergence_threshold", hp.divergence_threshold, "a number >= 0 or null")
         self.automatic_optimization = False  # the EMA follows each optimizer step inside training_step
         self._views_gen: torch.Generator | None = None
         self._stage = "byol"

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from fedclust.contract import ClientContext, DataInfo, FederatedMethod, Stage
 from fedclust.data.views import ColorViews, SimSiamViews28, two_views
-from fedclust.errors import ConfigError
+from fedclust.errors import ConfigError, MethodArgError
 from fedclust.losses.contrastive import cluster_entropy, nt_xent
 from fedclust.methods.families.contrastive import batch_inputs
 from fedclust.nn.backbones import build_backbone
@@ -34,32 +34,32 @@ def make_views(augment: str, crop_scale: Sequence[float], color_strength: float 
                                    blur_reference=CC_VIEW_SIZE)
     if augment == "simsiam28":
         return SimSiamViews28(scale=tuple(crop_scale))
-    raise ConfigError("method.init_args.augment", augment, "color or simsiam28")
+    raise MethodArgError("augment", augment, "color or simsiam28")
 
 
 def check_common(hp, num_clusters: int | None) -> None:
     """ConfigErrors for options FedMCC, MCC, FedU and FedBYOLCC share."""
     if hp.batch_size < 2:
-        raise ConfigError("method.init_args.batch_size", hp.batch_size, "at least 2 (contrastive losses need pairs)")
+        raise MethodArgError("batch_size", hp.batch_size, "at least 2 (contrastive losses need pairs)")
     if not 0 <= hp.ema_decay < 1:
-        raise ConfigError("method.init_args.ema_decay", hp.ema_decay, "a number in [0, 1)")
+        raise MethodArgError("ema_decay", hp.ema_decay, "a number in [0, 1)")
     cluster_m = hp.get("cluster_ema_decay")
     if cluster_m is not None and not 0 <= cluster_m < 1:
-        raise ConfigError("method.init_args.cluster_ema_decay", cluster_m, "a number in [0, 1) or null (ema_decay)")
+        raise MethodArgError("cluster_ema_decay", cluster_m, "a number in [0, 1) or null (ema_decay)")
     if not hp.lr > 0:
-        raise ConfigError("method.init_args.lr", hp.lr, "a positive number")
+        raise MethodArgError("lr", hp.lr, "a positive number")
     lo, hi = tuple(hp.crop_scale)
     if not 0 < lo <= hi <= 1:
-        raise ConfigError("method.init_args.crop_scale", list(hp.crop_scale), "two numbers 0 < low <= high <= 1")
+        raise MethodArgError("crop_scale", list(hp.crop_scale), "two numbers 0 < low <= high <= 1")
     strength = getattr(hp, "color_strength", 0.5)
     if not 0 <= strength <= 1.25:  # 0.8 s > 1 would draw negative brightness factors
-        raise ConfigError("method.init_args.color_strength", strength, "a number in [0, 1.25] (SimCLR's s)")
+        raise MethodArgError("color_strength", strength, "a number in [0, 1.25] (SimCLR's s)")
     chunk = getattr(hp, "memory_efficient_chunk", None)
     if chunk is not None and chunk < 1:
-        raise ConfigError("method.init_args.memory_efficient_chunk", chunk,
+        raise MethodArgError("memory_efficient_chunk", chunk,
                           "a positive integer (samples per chunk) or null")
     if num_clusters is not None and num_clusters < 2:
-        raise ConfigError("method.init_args.num_clusters", num_clusters, "at least 2 or null")
+        raise MethodArgError("num_clusters", num_clusters, "at least 2 or null")
 
 
 def backward(method: FederatedMethod, encode: Callable[[Tensor], Tensor | tuple[Tensor, ...]],
@@ -176,16 +176,16 @@ class MomentumContrastiveClustering(MomentumClusterStage, FederatedMethod):
         self.save_hyperparameters()
         check_common(self.hparams, num_clusters)
         if not entropy_weight >= 0:
-            raise ConfigError("method.init_args.entropy_weight", entropy_weight, "a non-negative number")
+            raise MethodArgError("entropy_weight", entropy_weight, "a non-negative number")
         for name in ("representation_rounds", "cluster_rounds", "local_epochs", "cluster_local_epochs"):
             if getattr(self.hparams, name) < (0 if name.endswith("rounds") else 1):
-                raise ConfigError(f"method.init_args.{name}", getattr(self.hparams, name), "a non-negative integer"
+                raise MethodArgError(name, getattr(self.hparams, name), "a non-negative integer"
                                   if name.endswith("rounds") else "a positive integer")
         if representation_rounds + cluster_rounds == 0:
-            raise ConfigError("method.init_args.cluster_rounds", 0,
+            raise MethodArgError("cluster_rounds", 0,
                               "a positive integer when representation_rounds is 0")
         if representation_rounds == 0 and cluster_target_encoder == "own":  # no client has a target of its own yet
-            raise ConfigError("method.init_args.cluster_target_encoder", "own",
+            raise MethodArgError("cluster_target_encoder", "own",
                               "global when representation_rounds is 0 (a client's own target encoder comes from its "
                               "representation rounds)")
         self.automatic_optimization = False  # the EMA follows each optimizer step inside training_step

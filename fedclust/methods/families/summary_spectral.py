@@ -45,7 +45,7 @@ from fedclust.clustering.two_level_walk import (
     walk_rows,
 )
 from fedclust.contract import ClientContext, ClientUpdate, FederatedMethod, RoundContext
-from fedclust.errors import ConfigError, NotFittedError
+from fedclust.errors import MethodArgError, NotFittedError
 from fedclust.seeding import int_seed
 
 GROUPS = "groups"  # ctx.state: each of the client's samples' fixed group, drawn the first round it takes part
@@ -61,15 +61,15 @@ def check_summary_settings(summary_size: int | None, neighbors: int, spread_neig
     for name, value, low in (("neighbors", neighbors, 1), ("spread_neighbors", spread_neighbors, 0),
                              ("round_vote", round_vote, 1), ("smooth_steps", smooth_steps, 0)):
         if not isinstance(value, int) or value < low:
-            raise ConfigError(f"method.init_args.{name}", value, f"an integer >= {low}")
+            raise MethodArgError(name, value, f"an integer >= {low}")
     if summary_size is not None and (not isinstance(summary_size, int) or summary_size < 1):
-        raise ConfigError("method.init_args.summary_size", summary_size, "null or an integer >= 1")
+        raise MethodArgError("summary_size", summary_size, "null or an integer >= 1")
     if not 0 <= spread_alpha < 1:
-        raise ConfigError("method.init_args.spread_alpha", spread_alpha, "a number in [0, 1)")
+        raise MethodArgError("spread_alpha", spread_alpha, "a number in [0, 1)")
     if not 0 <= smooth_alpha <= 1:
-        raise ConfigError("method.init_args.smooth_alpha", smooth_alpha, "a number in [0, 1]")
+        raise MethodArgError("smooth_alpha", smooth_alpha, "a number in [0, 1]")
     if smooth_steps and not spread_neighbors:
-        raise ConfigError("method.init_args.spread_neighbors", spread_neighbors,
+        raise MethodArgError("spread_neighbors", spread_neighbors,
                           "an integer >= 1 when method.smooth_steps is set (smoothing runs over that graph)")
 
 
@@ -77,18 +77,18 @@ def check_walk_settings(labelling: str, walk_restart: float, walk_server: float,
                         walk_iterations: int, spread_neighbors: int, walk_spread_alpha: float = 0.0) -> None:
     """One sentence for the first of the labelling settings that is out of range."""
     if labelling not in LABELLINGS:
-        raise ConfigError("method.init_args.labelling", labelling, " or ".join(LABELLINGS))
+        raise MethodArgError("labelling", labelling, " or ".join(LABELLINGS))
     if labelling == "walk" and spread_neighbors < 1:
-        raise ConfigError("method.init_args.spread_neighbors", spread_neighbors,
+        raise MethodArgError("spread_neighbors", spread_neighbors,
                           "an integer >= 1 with method.labelling walk (the walk steps on each client's own graph)")
     for name, value in (("walk_restart", walk_restart), ("walk_server", walk_server)):
         if not 0 < value < 1:
-            raise ConfigError(f"method.init_args.{name}", value, "a number in (0, 1)")
+            raise MethodArgError(name, value, "a number in (0, 1)")
     for name, value in (("walk_links", walk_links), ("walk_iterations", walk_iterations)):
         if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"method.init_args.{name}", value, "an integer >= 1")
+            raise MethodArgError(name, value, "an integer >= 1")
     if not 0 <= walk_spread_alpha < 1:
-        raise ConfigError("method.init_args.walk_spread_alpha", walk_spread_alpha, "a number in [0, 1)")
+        raise MethodArgError("walk_spread_alpha", walk_spread_alpha, "a number in [0, 1)")
 
 
 class SummarySpectral(FederatedMethod):
