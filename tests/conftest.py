@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 import fedclust  # noqa: F401  (sets OMP_WAIT_POLICY before torch and FAISS load)
@@ -5,6 +7,12 @@ from fedclust.data.config import DataConfig
 from fedclust.federation.config import FederationConfig
 from fedclust.methods import CCFC
 from fedclust.run import FabricConfig
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): a worker per core, at most 4. Each worker imports torch (~0.5 GB), and most
+    tests are single-threaded Python, so two workers halve the default run on a 2-core CI machine."""
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 def tiny_ccfc(cls=CCFC, **kw) -> CCFC:

@@ -275,6 +275,7 @@ def test_global_centroids_reads_server_states_centroids_and_is_none_without_them
 
 
 # --- the example --------------------------------------------------------------------------------------
+@pytest.mark.slow  # ~30 s: a fresh interpreter runs two fits
 def test_the_notebook_example_runs(tmp_path):
     script = ROOT / "docs/examples/notebook_quickstart.py"
     result = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,

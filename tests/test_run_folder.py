@@ -1,9 +1,11 @@
 """One run, one folder (issue 11): atomic claims, a live run's lock, nothing left by a rejected config, and
 --resume refusing changes to what the run computes."""
 
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,6 +13,21 @@ import yaml
 from fedclust import run_folder
 from fedclust.__main__ import main
 from fedclust.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def two_round_run(tmp_path_factory):
+    """One finished 2-round quick start for the module (a fit is ~10 s here): tests take copies of it."""
+    run = tmp_path_factory.mktemp("finished") / "run"
+    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
+                 "--run_dir", str(run)]) == 0
+    return run
+
+
+@pytest.fixture
+def finished_run(two_round_run, tmp_path):
+    """This test's own copy of the finished run, free to resume, break or compare."""
+    return Path(shutil.copytree(two_round_run, tmp_path / "run"))
 
 
 def test_two_runs_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
@@ -62,10 +79,8 @@ def test_a_rejected_config_leaves_no_folder_behind(tmp_path, capsys):
     (["--method", "KFED"], "method.class_path"),
     (["--method.init_args.latent_dim", "32"], "method.init_args"),
 ])
-def test_resume_refuses_a_change_of_what_the_run_computes(tmp_path, capsys, override, key):
-    run = tmp_path / "run"
-    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
-                 "--run_dir", str(run)]) == 0
+def test_resume_refuses_a_change_of_what_the_run_computes(finished_run, capsys, override, key):
+    run = finished_run
     before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     capsys.readouterr()
     assert main(["fit", "--resume", str(run), *override]) == 2
@@ -74,19 +89,15 @@ def test_resume_refuses_a_change_of_what_the_run_computes(tmp_path, capsys, over
     assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
-def test_resume_may_change_what_is_observed(tmp_path):
-    run = tmp_path / "run"
-    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
-                 "--run_dir", str(run)]) == 0
+def test_resume_may_change_what_is_observed(finished_run):
+    run = finished_run
     assert main(["fit", "--resume", str(run), "--federation.eval_every", "1", "--progress", "false"]) == 0
 
 
-def test_resume_accepts_a_setting_newer_than_the_run_at_its_default(tmp_path, capsys):
+def test_resume_accepts_a_setting_newer_than_the_run_at_its_default(finished_run, capsys):
     """A run saved before a method setting existed computed with that setting's default: it resumes; asking for
     another value is still a change."""
-    run = tmp_path / "run"
-    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
-                 "--run_dir", str(run)]) == 0
+    run = finished_run
     config = run / "config.yaml"
     saved = yaml.safe_load(config.read_text())
     del saved["method"]["init_args"]["blur_sigma"]
@@ -113,10 +124,8 @@ def test_an_unwritable_output_is_one_sentence_and_leaves_no_partial_file(tmp_pat
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["page.html"]
 
 
-def test_compare_to_an_unwritable_output_exits_2_in_one_line(tmp_path, capsys):
-    run = tmp_path / "run"
-    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
-                 "--run_dir", str(run)]) == 0
+def test_compare_to_an_unwritable_output_exits_2_in_one_line(finished_run, tmp_path, capsys):
+    run = finished_run
     (tmp_path / "file").write_text("x")
     capsys.readouterr()
     assert main(["compare", str(run), "--output", str(tmp_path / "file" / "page.html")]) == 2
@@ -124,10 +133,8 @@ def test_compare_to_an_unwritable_output_exits_2_in_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "output" in err
 
 
-def test_evaluate_to_an_unwritable_output_exits_2_in_one_line_before_any_work(tmp_path, capsys):
-    run = tmp_path / "run"
-    assert main(["fit", "--config", "quickstart", "--federation.rounds", "2", "--progress", "false",
-                 "--run_dir", str(run)]) == 0
+def test_evaluate_to_an_unwritable_output_exits_2_in_one_line_before_any_work(finished_run, tmp_path, capsys):
+    run = finished_run
     before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     (tmp_path / "file").write_text("x")
     capsys.readouterr()

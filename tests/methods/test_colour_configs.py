@@ -27,13 +27,10 @@ def colour_root(tmp_path, monkeypatch):
     return write_tiny_stl10(write_tiny_cifar10(tmp_path / "data"))
 
 
-SLOW = pytest.mark.slow  # ~10-20 s each here (bf16 ResNet-18 and two stages' k-means on the CPU)
+CONFIGS = ["ccfcpp_cifar10", "ccfcpp_stl10", "fedspectral_cifar10", "fedspectral_stl10"]
 
 
-CONFIGS = [pytest.param("ccfcpp_cifar10", marks=SLOW), pytest.param("ccfcpp_stl10", marks=SLOW),
-           "fedspectral_cifar10", "fedspectral_stl10"]
-
-
+@pytest.mark.slow  # 10-35 s each on a 2-core CPU (ResNet-18 trunks on the CPU)
 @pytest.mark.parametrize("config", CONFIGS)
 def test_a_colour_config_runs_as_shipped_on_tiny_files(config, colour_root, tmp_path):
     run = tmp_path / "run"

@@ -101,6 +101,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # ~50 s on a 2-core CPU: 20 local GAN epochs on two clients
 def test_a_small_run_draws_images_as_varied_as_the_real_ones_and_an_untrained_generator_is_caught(run_fit, caplog,
                                                                                                  one_thread):
     """The collapse guard (issue 23): PPFC-GAN's synthetic images once varied 0.006 per pixel against the real
