@@ -121,11 +121,11 @@ def _main(argv: list[str] | None) -> int:
 
 def _resume_hint(command: str) -> str:
     """How to go on after Ctrl-C: for fit, the command that resumes THIS run, from the folder fit claimed."""
-    fit_module = sys.modules.get("fedclust.run")  # imported only once a fit has started: nothing heavy here
-    folder = os.environ.get(fit_module.RUN_DIR_ENV) if command == "fit" and fit_module else None
+    folders = sys.modules.get("fedclust.run_folder")  # imported only once a fit has started: nothing heavy here
+    folder = os.environ.get(folders.RUN_DIR_ENV) if command == "fit" and folders else None
     if not folder:  # (an interrupted sweep says itself how to finish it)
         return ""
-    if (Path(folder) / sys.modules["fedclust.run_folder"].CHECKPOINT).exists():
+    if (Path(folder) / folders.CHECKPOINT).exists():
         return f"; the last checkpoint is kept: resume with `fedclust fit --resume {folder}`"
     if Path(folder).is_dir():
         return f" before the first checkpoint of {folder}: nothing to resume, start the run again"

@@ -37,9 +37,9 @@ from fedclust.contract import FederatedMethod
 from fedclust.errors import ConfigError, FedclustError
 from fedclust.federation.distributed import rank_zero_before_launch
 from fedclust.parsers import describe, parse, resolved_config
-from fedclust.run import RUN_DIR_ENV, fit_parser
 from fedclust.run import fit as run_fit
-from fedclust.run_folder import LOCK
+from fedclust.run import fit_parser
+from fedclust.run_folder import LOCK, RUN_DIR_ENV
 
 ASSIGNMENT_COLUMNS = ("index", "client", "label", "cluster")
 # the command line's fit() arguments a caller may pass as keywords (config_text is the command line's own)

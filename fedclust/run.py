@@ -3,7 +3,7 @@ its parser (typed from fit's signature), and `load_run`: a run folder brought ba
 that parser.
 
 fit reads as its five steps, one function (or context) each: 1. checks (`check_request`, then the resumed run's
-checkpoint, `read_resumed_checkpoint`), 2. the folder (`claimed_folder`), 3. build (`build_run` -> `Run`),
+checkpoint, `read_resumed_checkpoint`), 2. the folder (`run_folder.claimed`), 3. build (`build_run` -> `Run`),
 4. the rounds (`start_run`, `run_rounds`), 5. what the run leaves (`write_results`). The run writes nothing before
 step 4 (a W&B or TensorBoard logger, built in step 3, makes its own files): a refusal in steps 1-3 leaves a new folder
 removed and a resumed one byte for byte as it was.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +39,8 @@ from fedclust.callbacks.diagnostics import Diagnostics, has_embedding
 from fedclust.callbacks.embedding_plot import EmbeddingPlot
 from fedclust.callbacks.loggers import FabricLogging, build_logger, require_logger
 from fedclust.callbacks.progress import ProgressCallback
+from fedclust.clustering.kmeans import backend_chosen as kmeans_backend_chosen
 from fedclust.clustering.kmeans import backend_in_use as kmeans_backend_in_use
-from fedclust.clustering.kmeans import set_backend as set_kmeans_backend
 from fedclust.contract import FederatedMethod
 from fedclust.data import derived
 from fedclust.data.client_data import FederatedData
@@ -50,9 +49,10 @@ from fedclust.data.partition import class_counts, format_class_counts
 from fedclust.errors import FedclustError
 from fedclust.federation.config import FederationConfig
 from fedclust.federation.distributed import (
+    ProcessGroup,
     check_launcher,
-    end_process_group,
     has_process_group,
+    process_group,
     quiet_start_up,
 )
 from fedclust.federation.orchestrator import Orchestrator
@@ -69,11 +69,9 @@ from fedclust.run_checks import (
     check_run_location,
     rank_zero_before_launch,
 )
-from fedclust.run_folder import CHECKPOINT, RunFolder
+from fedclust.run_folder import CHECKPOINT
 from fedclust.run_outcome import fewer_clusters, unusable_run
 from fedclust.saved_run import SavedRun, read_saved_run
-
-RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
 
 
 @dataclass
@@ -152,7 +150,7 @@ def fit(method: FederatedMethod, data: DataConfig = DataConfig(), federation: Fe
     resumed_state = read_resumed_checkpoint(runs_dir, run_dir, resume)
     start_weights = read_start_model(init_from, method) if init_from and resumed_state is None else None
     prefix = name or f"{type(method).__name__.lower()}_{data.name}"
-    with claimed_folder(runs_dir, run_dir, resume, prefix) as claimed, \
+    with run_folder.claimed(runs_dir, run_dir, resume, prefix) as claimed, \
             kmeans_backend_chosen(kmeans_backend), process_group() as pg:  # 2. the folder
         run = build_run(claimed.path, pg, method, data, federation, fabric, seed, logger, project, group, name,
                         config_text, progress, resumed_state, (init_from, start_weights))  # 3. build
@@ -199,60 +197,6 @@ def read_resumed_checkpoint(runs_dir: str, run_dir: str | None, resume: str | No
     if rank_zero_before_launch():
         check_run_location(runs_dir, run_dir, resume)  # also in fedclust.precheck; nothing is created before it
     return load_checkpoint(Path(resume) / CHECKPOINT) if resume is not None else None
-
-
-# ---------------------------------------------------------------- 2. the run folder
-
-
-@contextlib.contextmanager
-def claimed_folder(runs_dir: str, run_dir: str | None, resume: str | None, prefix: str) -> Iterator[RunFolder]:
-    """The run's folder, claimed and locked by rank 0 for the run's life (the processes it launches, and ranks
-    torchrun started, find it through RUN_DIR_ENV or the arguments). A run that fails before it has written its
-    own files leaves nothing: a new folder is removed again, a resumed one gets its .lock back as it was."""
-    if not rank_zero_before_launch():
-        yield RunFolder(Path(os.environ.get(RUN_DIR_ENV) or resume or run_dir or ""), created=False)
-        return
-    claimed = run_folder.resume(resume) if resume is not None else run_folder.claim(runs_dir, prefix, run_dir)
-    os.environ[RUN_DIR_ENV] = str(claimed.path)  # the processes Fabric launches next write nothing, but know it
-    try:
-        yield claimed
-    except BaseException:
-        if not (claimed.path / "config.yaml").exists():
-            claimed.abandon()  # failed before writing anything (a bad config found late): leave nothing behind
-        elif not claimed.written:
-            claimed.restore_lock()  # a resumed run refused before its first write: the folder is as it was
-        raise
-    finally:
-        claimed.release()
-
-
-@contextlib.contextmanager
-def kmeans_backend_chosen(kmeans_backend: str) -> Iterator[None]:
-    """This run's k-means backend; the env var FEDCLUST_KMEANS_BACKEND or an earlier choice holds unless the
-    run names one, and comes back after it."""
-    previous = set_kmeans_backend(kmeans_backend) if kmeans_backend != "auto" else None
-    try:
-        yield
-    finally:
-        if previous is not None:
-            set_kmeans_backend(previous)
-
-
-@dataclass
-class ProcessGroup:
-    """Whether this run started the process group (build_run knows, when Fabric launches) and finished."""
-
-    started_here: bool = False
-    finished: bool = False
-
-
-@contextlib.contextmanager
-def process_group() -> Iterator[ProcessGroup]:
-    pg = ProcessGroup()
-    try:
-        yield pg
-    finally:
-        end_process_group(pg.started_here, pg.finished)
 
 
 # ---------------------------------------------------------------- 3. build

@@ -15,6 +15,7 @@ config.yaml with fit's parser (fedclust/saved_run.py).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import fcntl
@@ -24,15 +25,17 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from fedclust.errors import ConfigError, FedclustError
-from fedclust.run_checks import CHECKPOINT, LOCK, check_new_run_dir, check_resume_folder  # noqa: F401  (CHECKPOINT: read from here too)
+from fedclust.run_checks import CHECKPOINT, LOCK, check_new_run_dir, check_resume_folder, rank_zero_before_launch  # noqa: F401  (CHECKPOINT: read from here too)
 
 # a write that failed for want of room: disk full, quota exceeded, or the process's file-size limit (ulimit -f)
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+RUN_DIR_ENV = "FEDCLUST_RUN_DIR"  # rank 0's run folder, inherited by the DDP processes it launches
 
 
 class RunFolder:
@@ -112,6 +115,29 @@ def claim(runs_dir: str, prefix: str, run_dir: str | None) -> RunFolder:
 def resume(run_dir: str) -> RunFolder:
     check_resume_folder(run_dir)
     return RunFolder(Path(run_dir), created=False).lock("resume")
+
+
+@contextlib.contextmanager
+def claimed(runs_dir: str, run_dir: str | None, resume_dir: str | None, prefix: str) -> Iterator[RunFolder]:
+    """A run's folder, claimed (`claim`, or `resume` of resume_dir) and locked by rank 0 for the run's life (the
+    processes it launches, and ranks torchrun started, find it through RUN_DIR_ENV or the arguments). A run that
+    fails before it has written its own files leaves nothing: a new folder is removed again, a resumed one gets its
+    .lock back as it was."""
+    if not rank_zero_before_launch():
+        yield RunFolder(Path(os.environ.get(RUN_DIR_ENV) or resume_dir or run_dir or ""), created=False)
+        return
+    folder = resume(resume_dir) if resume_dir is not None else claim(runs_dir, prefix, run_dir)
+    os.environ[RUN_DIR_ENV] = str(folder.path)  # the processes Fabric launches next write nothing, but know it
+    try:
+        yield folder
+    except BaseException:
+        if not (folder.path / "config.yaml").exists():
+            folder.abandon()  # failed before writing anything (a bad config found late): leave nothing behind
+        elif not folder.written:
+            folder.restore_lock()  # a resumed run refused before its first write: the folder is as it was
+        raise
+    finally:
+        folder.release()
 
 
 def write_output(path: Path, text: str, field: str) -> None:

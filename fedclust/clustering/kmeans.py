@@ -18,8 +18,10 @@ generator), so the same seed gives different, equally valid clusterings; each is
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -90,6 +92,18 @@ def _faiss_gpu_available() -> bool:
     faiss = _faiss()
     return (faiss is not None and torch.cuda.is_available() and hasattr(faiss, "get_num_gpus")
             and faiss.get_num_gpus() > 0)
+
+
+@contextlib.contextmanager
+def backend_chosen(name: str) -> Iterator[None]:
+    """`name` as the backend while the block runs, the previous choice after it; "auto" leaves the choice
+    as it is (FEDCLUST_KMEANS_BACKEND or an earlier set_backend)."""
+    previous = set_backend(name) if name != "auto" else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            set_backend(previous)
 
 
 def backend_in_use(device: torch.device | str = "cpu") -> str:

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -91,6 +92,24 @@ def end_process_group(started_here: bool, finished: bool) -> None:
         if finished:
             dist.barrier()
         dist.destroy_process_group()
+
+
+@dataclass
+class ProcessGroup:
+    """Whether a run started the process group (known when Fabric launches) and finished."""
+
+    started_here: bool = False
+    finished: bool = False
+
+
+@contextlib.contextmanager
+def process_group() -> Iterator[ProcessGroup]:
+    """A run's hold on the process group: `end_process_group` with what the run recorded in it, however it ends."""
+    pg = ProcessGroup()
+    try:
+        yield pg
+    finally:
+        end_process_group(pg.started_here, pg.finished)
 
 
 def world_size(fabric: Fabric) -> int:
