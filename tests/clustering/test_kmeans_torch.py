@@ -189,3 +189,19 @@ def test_cuda_backend_matches_sklearn_and_cpu():
         assert backend_in_use("cuda") in ("torch-cuda",)
     finally:
         set_backend(previous)
+
+
+def test_backend_chosen_holds_for_the_block_and_gives_the_earlier_choice_back():
+    from fedclust.clustering.kmeans import backend_chosen
+
+    previous = set_backend("faiss")
+    try:
+        with backend_chosen("torch"):
+            assert backend_in_use("cpu") == "torch-cpu"
+        with backend_chosen("auto"):  # auto names no choice: the earlier one stays
+            assert set_backend("faiss") == "faiss"
+        with pytest.raises(RuntimeError), backend_chosen("torch"):
+            raise RuntimeError("a run that fails")
+        assert set_backend("faiss") == "faiss"  # given back after the failure too
+    finally:
+        set_backend(previous)
