@@ -6,8 +6,10 @@ import json
 
 import pytest
 import torchvision
+import yaml
 
 from fedclust.__main__ import main
+from fedclust.config_files import resolve_config
 from tests.helpers.tiny_images import write_tiny_cifar10, write_tiny_stl10
 
 SHORT = {
@@ -41,3 +43,15 @@ def test_a_colour_config_runs_as_shipped_on_tiny_files(config, colour_root, tmp_
     assert 0 <= final["metrics"]["nmi"] <= 1
     images = 72 if "cifar" in config else 60  # every image of both splits (data.split all) has its cluster
     assert (run / "assignments.csv").read_text().count("\n") == 1 + images
+
+
+@pytest.mark.parametrize("config", ["fedspectral_cifar10", "fedspectral_stl10"])
+def test_fedspectral_colour_configs_carry_fashion_mnist_settings(config):
+    """Their headers promise Fashion-MNIST's settings (chosen on its training split) on a colour trunk: every method
+    setting but the trunk's, the views' and the HOG cell's equals fedspectral_fmnist's, the rounds and floor included
+    (projector_rank is the convnet's: it factors its flat 2,304 features; a ResNet's pooled 512 need none)."""
+    colour, fmnist = (yaml.safe_load(resolve_config(name).read_text()) for name in (config, "fedspectral_fmnist"))
+    own = {"backbone", "projector_rank", "augment", "crop_scale", "hog_cell"}
+    shared = {k: v for k, v in colour["method"]["init_args"].items() if k not in own}
+    assert shared == {k: v for k, v in fmnist["method"]["init_args"].items() if k not in own}
+    assert colour["federation"] == fmnist["federation"]
