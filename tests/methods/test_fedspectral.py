@@ -439,3 +439,22 @@ def test_the_walks_labels_can_spread_over_each_clients_own_graph(monkeypatch):
         h = method._smoothed(method._embed_all(data.client(cid, 64)), states[cid])
         expected = label_spreading(nearest_neighbors(h, 4), walked_too[cid], method.num_clusters, 0.9)
         assert torch.equal(spread[part], expected)
+
+
+def test_a_shorter_run_is_the_first_rounds_of_a_longer_one(tmp_path):
+    """Nothing FedSpectral does reads the number of rounds (constant learning rate, a vote over the last rounds seen),
+    so a run of R rounds is the first R rounds of a longer run, bit for bit: what lets fedspectral_rounds_train choose
+    the packaged config's rounds from one longer run's per-round rows (docs/findings/fedspectral.md)."""
+    import fedclust
+
+    quick = {"method.init_args.latent_dim": 16, "method.init_args.projector_hidden": 32,
+             "method.init_args.batch_size": 64, "method.init_args.labelling": "walk", "method.init_args.round_vote": 2,
+             "federation.eval_every": 1, "federation.min_summary_size": 5, "fabric.accelerator": "cpu",
+             "progress": False, "seed": 1}
+    short, longer = (fedclust.fit("quickstart", {**quick, "method.init_args.rounds": rounds},
+                                  runs_dir=str(tmp_path / str(rounds))) for rounds in (2, 3))
+    def scores(history):
+        return [[row[k] for k in ("loss", "nmi", "acc", "ari")] for row in history]
+
+    assert scores(short.history) == scores(longer.history[:2])
+    assert len(longer.history) == 3
