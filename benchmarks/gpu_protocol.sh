@@ -14,6 +14,13 @@
 # FEDCLUST_GPU_RUNS (default /tmp/fedclust_gpu) holds the run folders; FEDCLUST_GPU_EXPERIMENT names another
 # experiment (the tests run a tiny one on the CPU).
 #
+# Issue 44 item 3 beyond Table 1's UIFCA rows (its k-FED + UIFCA rows, the generators' variations): the experiments
+# that run them here, named by FEDCLUST_GPU_EXPERIMENT, several small runs at a time; `report` starts from the
+# committed CSV, so the returned file holds this machine's archived rows and the device's new ones together:
+#   device run, carry [".whl"]:  FEDCLUST_GPU_EXPERIMENT=uifca_variations bash benchmarks/gpu_protocol.sh run --budget 480 --slots 8
+#   then:  FEDCLUST_GPU_EXPERIMENT=uifca_variations bash benchmarks/gpu_protocol.sh report; copy $OUT's CSV to benchmarks/results
+# (uifca_table1 likewise). Not yet timed on a GPU: a run is 17-53 min on one core here, of ~2 ms steps on small flows.
+#
 # Speed (issue 46 items 3-4): three legs, each in calls of its own, their rows returned under $OUT:
 #   here, once:        bash benchmarks/gpu_protocol.sh prepare; bash benchmarks/gpu_protocol.sh prepare-flower
 #   device run, carry [".whl", ".data"]:  bash benchmarks/gpu_protocol.sh speed --budget 420
@@ -79,7 +86,13 @@ case "${1:-}" in
     [ "$leg" = speed ] && "${bench[@]}" --results "${OUT:-benchmarks/results}" report "$experiment"
     [ "$status" -eq 0 ] || [ "$status" -eq 124 ] ;;
   report)
-    exec "${bench[@]}" --results "${OUT:-benchmarks/results}" report "$experiment" ;;
+    out=${OUT:-benchmarks/results}
+    committed=benchmarks/results/$(basename "$experiment" .yaml).csv
+    # the committed rows stand for runs made elsewhere (benchmarks/archive.py): the report keeps them beside the new
+    if [ "$out" != benchmarks/results ] && [ -f "$committed" ] && [ ! -e "$out/$(basename "$committed")" ]; then
+      mkdir -p "$out" && cp "$committed" "$out/"
+    fi
+    exec "${bench[@]}" --results "$out" report "$experiment" ;;
   step|peer)
     leg=$1
     shift

@@ -64,3 +64,15 @@ def test_prepared_data_folder_is_where_the_loader_looks(monkeypatch):
     root = re.search(r'export FEDCLUST_DATA_ROOT="\$PWD/([^"]+)"', script).group(1)
     monkeypatch.setenv("FEDCLUST_DATA_ROOT", str(ROOT / root))
     assert ROOT / copied_to in catalog.idx_folders("fmnist", None)
+
+
+def test_report_on_the_device_keeps_the_rows_committed_here(tmp_path):
+    """A device call's report starts from the committed CSV: the file it returns holds the runs this machine finished
+    (archived rows) beside the device's, so copying it back loses none (uifca_variations has done rows committed)."""
+    committed = {r["run"] for r in csv.DictReader((ROOT / "benchmarks" / "results" / "uifca_variations.csv").open())
+                 if r["state"] == "done"}
+    assert committed  # what this test stands on
+    _protocol(tmp_path, Path("uifca_variations"), "report")
+    returned = {r["run"]: r["state"] for r in csv.DictReader((tmp_path / "out" / "uifca_variations.csv").open())}
+    assert all(returned[run] == "done" for run in committed)
+    assert (ROOT / "benchmarks" / "results" / "uifca_variations.csv").read_text().count(",done,") == len(committed)
