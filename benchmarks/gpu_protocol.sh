@@ -19,8 +19,8 @@
 # committed CSV, so the returned file holds this machine's archived rows and the device's new ones together:
 #   device run, carry [".whl"]:  FEDCLUST_GPU_EXPERIMENT=uifca_variations bash benchmarks/gpu_protocol.sh run --budget 480 --slots 8
 #   then:  FEDCLUST_GPU_EXPERIMENT=uifca_variations bash benchmarks/gpu_protocol.sh report; copy $OUT's CSV to benchmarks/results
-# (uifca_table1 likewise). Not yet timed on a GPU: a run is 12-85 min on one core here (uifca_table1.csv and uifca_variations.csv:
-# rounds x seconds_per_round), of ~2 ms steps on small flows.
+# (uifca_table1 likewise). Not yet timed on a GPU; a run here is 2,000-2,001 rounds of ~2 ms steps
+# on small flows, its seconds a round on one core in the CSVs' seconds_per_round column.
 #
 # Speed (issue 46 items 3-4): three legs, each in calls of its own, their rows returned under $OUT:
 #   here, once:        bash benchmarks/gpu_protocol.sh prepare; bash benchmarks/gpu_protocol.sh prepare-flower
